@@ -1,0 +1,38 @@
+# The README's two commands are `make run` and `make test`; both set up everything they need
+# (venv + pinned Python deps, npm deps for dynalite, trained models) and are idempotent.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PY_STAMP := $(VENV)/.deps-installed
+NODE_STAMP := node_modules/.deps-installed
+CONFIG ?= serve_config.yaml
+PLAYERS ?= 10000
+
+.PHONY: setup models run test lint
+
+setup: $(PY_STAMP) $(NODE_STAMP)
+
+$(PY_STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $@
+
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Train (or find cached) every ensemble version serve_config.yaml serves.
+models: setup
+	$(BIN)/python -m app.cli prepare --config $(CONFIG)
+
+# dynalite + seed + `serve run serve_config.yaml` in the foreground; Ctrl-C stops it all.
+run: setup
+	$(BIN)/python -m app.cli run-local --config $(CONFIG) --players $(PLAYERS)
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check app models loadtest tests

@@ -1,0 +1,1 @@
+"""Dynamic Offers: Ray Serve ensemble service."""

@@ -1,0 +1,105 @@
+"""Application builder named by `import_path` in serve_config.yaml: one app per (game, version)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ray.serve import Application
+
+from app.manifest import MANIFEST_FILENAME, load_manifest
+from app.members import BatchingConfig, MemberDeployment
+from app.schemas import GAME_PATTERN
+from app.settings import get_settings
+from app.supervisor import Supervisor, SupervisorConfig
+
+
+class AutoscalingArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=2, ge=1)
+    target_ongoing_requests: float = Field(default=4.0, gt=0)
+
+    def to_serve(self) -> dict[str, Any]:
+        return self.model_dump()
+
+
+class DeploymentArgs(BaseModel):
+    """Code defaults for a deployment; serve_config.yaml `deployments:` entries override them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_cpus: float = Field(default=0.1, gt=0, le=64)
+    max_ongoing_requests: int = Field(default=32, ge=1)
+    autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
+
+
+class EnsembleAppArgs(BaseModel):
+    """Typed `args:` of one application in serve_config.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    game: str = Field(pattern=GAME_PATTERN)
+    version: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+    profile: str = Field(default="standard", pattern=r"^[a-z0-9_-]{1,32}$")
+    artifacts_root: Path | None = Field(
+        default=None, description="folder holding <profile>/<game>/<version>; default from settings"
+    )
+    request_budget_ms: float = Field(default=1000.0, gt=0, le=10_000)
+    supervisor: DeploymentArgs = Field(
+        default_factory=lambda: DeploymentArgs(
+            num_cpus=0.2,
+            max_ongoing_requests=256,
+            autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
+        )
+    )
+    members: DeploymentArgs = Field(default_factory=DeploymentArgs)
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+
+    def version_dir(self) -> Path:
+        root = self.artifacts_root or get_settings().artifacts_root
+        return (root / self.profile / self.game / self.version).resolve()
+
+
+class ArtifactsMissing(FileNotFoundError):
+    pass
+
+
+def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
+    """Supervisor bound to one member deployment per manifest member."""
+    args = EnsembleAppArgs.model_validate(args)
+    version_dir = args.version_dir()
+    if not (version_dir / MANIFEST_FILENAME).is_file():
+        raise ArtifactsMissing(
+            f"no trained ensemble at {version_dir}; run `make models` (or "
+            f"`python -m models.train --game {args.game} --version {args.version} "
+            f"--profile {args.profile}`)"
+        )
+    manifest = load_manifest(version_dir)
+    if (manifest.game, manifest.version) != (args.game, args.version):
+        raise ValueError(
+            f"{version_dir} holds {manifest.game}/{manifest.version}, "
+            f"not {args.game}/{args.version}"
+        )
+    members = {
+        entry.name: MemberDeployment.options(
+            name=f"member-{entry.name}",
+            ray_actor_options={"num_cpus": args.members.num_cpus},
+            max_ongoing_requests=args.members.max_ongoing_requests,
+            autoscaling_config=args.members.autoscaling.to_serve(),
+            user_config=args.batching.model_dump(),
+        ).bind(entry, str(version_dir))
+        for entry in manifest.members
+    }
+    supervisor = Supervisor.options(
+        name="supervisor",
+        ray_actor_options={"num_cpus": args.supervisor.num_cpus},
+        max_ongoing_requests=args.supervisor.max_ongoing_requests,
+        autoscaling_config=args.supervisor.autoscaling.to_serve(),
+    )
+    config = SupervisorConfig(
+        version_dir=str(version_dir), request_budget_ms=args.request_budget_ms
+    )
+    return supervisor.bind(config, members)

@@ -1,0 +1,43 @@
+"""Process settings, read from the environment (prefix OFFERS_) in one place.
+
+Only infrastructure lives here (where DynamoDB is, how long to wait for it, where artifacts
+are). What a Serve application serves (game, version, members, replicas) is in the typed
+builder args in serve_config.yaml instead.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, HttpUrl
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_artifacts_root() -> Path:
+    # models/artifacts inside the checkout; production images point OFFERS_ARTIFACTS_ROOT at
+    # the folder the artifacts were baked into or synced to.
+    return Path(__file__).resolve().parent.parent / "models" / "artifacts"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OFFERS_", extra="ignore", frozen=True)
+
+    # None means "the real AWS endpoint for the region" via the standard credential chain.
+    # Local runs point this at dynalite; nothing else differs between local and AWS.
+    dynamodb_endpoint_url: HttpUrl | None = None
+    aws_region: str = "us-east-1"
+    dynamodb_table: str = Field(default="player-features", min_length=3, max_length=255)
+    # botocore owns timeouts and retries; these bound one GetItem to well inside the SLA.
+    dynamodb_connect_timeout_s: float = Field(default=0.25, gt=0)
+    dynamodb_read_timeout_s: float = Field(default=0.25, gt=0)
+    dynamodb_max_attempts: int = Field(default=2, ge=1, le=10)
+    dynamodb_max_pool_connections: int = Field(default=32, ge=1)
+
+    artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use (never at import)."""
+    return Settings()

@@ -1,0 +1,110 @@
+"""Hand-built schemas, manifests and fakes for tests that need no trained artifacts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from app.feature_schema import FeatureSchema, FeatureSpec
+from app.feature_store import FeatureStoreUnavailable
+from app.manifest import Manifest, MemberEntry, Offer
+
+
+def small_schema() -> FeatureSchema:
+    return FeatureSchema(
+        version="fs-test",
+        player_features=(
+            FeatureSpec(name="level", kind="numeric", default=1.0),
+            FeatureSpec(name="spend_28d", kind="numeric", default=0.0),
+            FeatureSpec(
+                name="platform", kind="category", default="android", categories=("android", "ios")
+            ),
+        ),
+        offer_features=("price", "discount"),
+    )
+
+
+def offer(offer_id: str, price: float, discount: float, prior: float) -> Offer:
+    return Offer(
+        offer_id=offer_id,
+        item=f"item {offer_id}",
+        category="gems",
+        price=price,
+        discount=discount,
+        features=[price, discount],
+        prior_propensity=prior,
+    )
+
+
+def member(name: str, weight: float) -> MemberEntry:
+    return MemberEntry(
+        name=name,
+        framework="xgboost",
+        estimator="XGBClassifier",
+        artifact=f"{name}.ubj",
+        sha256="0" * 64,
+        weight=weight,
+        auc=0.7,
+    )
+
+
+def small_manifest(weights: tuple[float, ...] = (0.5, 0.3, 0.2)) -> Manifest:
+    return Manifest(
+        game="test-game",
+        version="v-test",
+        profile="test",
+        training_config_hash="abc",
+        feature_schema=small_schema(),
+        offers=[
+            offer("cheap", 0.99, 0.0, 0.10),
+            offer("mid", 4.99, 0.2, 0.05),
+            offer("big", 19.99, 0.5, 0.01),
+        ],
+        fallback_offer_id="mid",
+        members=[member(f"m{i}", w) for i, w in enumerate(weights)],
+        ensemble_auc=0.72,
+        oracle_auc=0.8,
+        holdout_rows=1000,
+    )
+
+
+class FakeFeatureStore:
+    """Serves rows from a dict; can be told to fail like an unreachable DynamoDB."""
+
+    def __init__(self, schema: FeatureSchema, players: dict[str, dict], fail: bool = False):
+        self._schema = schema
+        self._players = players
+        self.fail = fail
+
+    async def player_row(self, player_id, overrides=None):
+        if self.fail:
+            raise FeatureStoreUnavailable("EndpointConnectionError: connection refused")
+        record = self._players.get(player_id)
+        if record is None:
+            return None
+        return self._schema.encode_record({**record, **(overrides or {})})
+
+
+class FakeMember:
+    """A member whose score is a fixed function of the rows, optionally slow or broken."""
+
+    def __init__(self, name, weight, fn, delay_s: float = 0.0, error: Exception | None = None):
+        self.name = name
+        self.weight = weight
+        self._fn = fn
+        self._delay_s = delay_s
+        self._error = error
+        self.calls: list[np.ndarray] = []
+        self.cancelled = False
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        self.calls.append(matrix)
+        try:
+            await asyncio.sleep(self._delay_s)
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        if self._error is not None:
+            raise self._error
+        return self._fn(matrix)

@@ -1,0 +1,126 @@
+import asyncio
+
+import numpy as np
+import pytest
+
+from app.fanout import Fanout
+from app.offer_service import OfferService, UnknownGame
+from app.schemas import FallbackReason, OfferRequest
+from tests.support import FakeFeatureStore, FakeMember, small_manifest
+
+pytestmark = pytest.mark.unit
+
+PLAYERS = {"whale": {"level": 80, "spend_28d": 120.0, "platform": "ios"}, "newbie": {"level": 2}}
+
+
+def constant(values):
+    return lambda matrix: np.asarray(values, dtype=np.float64)
+
+
+def make_service(members, *, fail_store=False, budget_ms=500.0):
+    manifest = small_manifest(weights=tuple(m.weight for m in members))
+    store = FakeFeatureStore(manifest.feature_schema, PLAYERS, fail=fail_store)
+    return OfferService(manifest, store, Fanout(members), request_budget_ms=budget_ms)
+
+
+def request(player_id="whale", **kwargs):
+    return OfferRequest(player_id=player_id, game="test-game", **kwargs)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_personalized_offer_aggregates_all_members():
+    members = [
+        FakeMember("m0", 0.5, constant([0.6, 0.2, 0.01])),
+        FakeMember("m1", 0.3, constant([0.4, 0.2, 0.05])),
+        FakeMember("m2", 0.2, constant([0.5, 0.3, 0.30])),
+    ]
+    response = run(make_service(members).recommend(request(), request_id="req-1"))
+    expected = np.array([0.5 * 0.6 + 0.3 * 0.4 + 0.2 * 0.5, 0.22, 0.5 * 0.01 + 0.3 * 0.05 + 0.06])
+    revenue = expected * np.array([0.99, 4.99 * 0.8, 19.99 * 0.5])
+    best = int(np.argmax(revenue))
+    assert response.personalized is True
+    assert response.fallback_reason is None
+    assert response.request_id == "req-1"
+    assert response.offer.offer_id == ["cheap", "mid", "big"][best]
+    assert response.propensity == pytest.approx(expected[best], abs=1e-12)
+    assert response.expected_revenue == pytest.approx(revenue[best], abs=1e-12)
+    assert (response.members_answered, response.members_total) == (3, 3)
+    assert response.answered_members == ["m0", "m1", "m2"]
+    assert response.timings.total_ms >= response.timings.fanout_ms >= 0
+
+
+def test_members_score_one_matrix_with_a_row_per_offer():
+    member = FakeMember("m0", 1.0, constant([0.1, 0.1, 0.1]))
+    run(make_service([member]).recommend(request()))
+    (matrix,) = member.calls
+    assert matrix.shape == (3, 5)
+    np.testing.assert_array_equal(matrix[:, :3], [[80, 120, 1]] * 3)
+
+
+def test_context_platform_overrides_stored_platform():
+    member = FakeMember("m0", 1.0, constant([0.1, 0.1, 0.1]))
+    run(make_service([member]).recommend(request(context={"platform": "android"})))
+    assert member.calls[0][0, 2] == 0.0
+
+
+def test_unknown_player_gets_flagged_fallback():
+    member = FakeMember("m0", 1.0, constant([0.9, 0.9, 0.9]))
+    response = run(make_service([member]).recommend(request("nobody")))
+    assert response.personalized is False
+    assert response.fallback_reason == FallbackReason.UNKNOWN_PLAYER
+    assert response.offer.offer_id == "mid"
+    assert response.propensity == pytest.approx(0.05)
+    assert response.members_answered == 0
+    assert member.calls == []  # no member work for a player we cannot personalize
+
+
+def test_feature_store_failure_gets_flagged_fallback():
+    member = FakeMember("m0", 1.0, constant([0.9, 0.9, 0.9]))
+    response = run(make_service([member], fail_store=True).recommend(request()))
+    assert response.personalized is False
+    assert response.fallback_reason == FallbackReason.FEATURE_STORE_UNAVAILABLE
+
+
+def test_failed_member_is_left_out_and_weights_renormalize():
+    members = [
+        FakeMember("m0", 0.5, constant([0.2, 0.2, 0.2])),
+        FakeMember("m1", 0.5, constant([0.9, 0.9, 0.9]), error=RuntimeError("replica died")),
+    ]
+    response = run(make_service(members).recommend(request()))
+    assert response.personalized is True
+    assert response.answered_members == ["m0"]
+    assert response.propensity == pytest.approx(0.2)
+
+
+def test_member_slower_than_budget_is_left_out_and_cancelled():
+    slow = FakeMember("m1", 0.5, constant([0.9, 0.9, 0.9]), delay_s=5.0)
+    members = [FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])), slow]
+    response = run(make_service(members, budget_ms=100).recommend(request()))
+    assert response.answered_members == ["m0"]
+    assert response.propensity == pytest.approx(0.3)
+    assert response.timings.total_ms < 1000
+    assert slow.cancelled
+
+
+def test_no_member_answering_gets_flagged_fallback():
+    members = [FakeMember("m0", 1.0, constant([0.5] * 3), error=TimeoutError())]
+    response = run(make_service(members).recommend(request()))
+    assert response.personalized is False
+    assert response.fallback_reason == FallbackReason.NO_MEMBERS_ANSWERED
+    assert response.members_answered == 0
+
+
+def test_other_game_is_refused():
+    service = make_service([FakeMember("m0", 1.0, constant([0.5] * 3))])
+    with pytest.raises(UnknownGame):
+        run(service.recommend(OfferRequest(player_id="whale", game="other-game")))
+
+
+def test_describe_lists_members_and_offers():
+    info = make_service([FakeMember("m0", 1.0, constant([0.5] * 3))]).describe()
+    assert [m.name for m in info.members] == ["m0"]
+    assert [o.offer_id for o in info.offers] == ["cheap", "mid", "big"]
+    assert info.features == ["level", "spend_28d", "platform", "price", "discount"]
