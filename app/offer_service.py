@@ -119,6 +119,15 @@ class OfferService:
         decision = self.catalog.decide(weighted_mean(result.answers))
         return self._response(request_id, decision, None, result, deadline, features_ms)
 
+    async def warm_up(self, budget_s: float) -> FanoutResult:
+        """Route one candidate matrix (schema defaults) through every member.
+
+        The first call through a Serve handle has to discover the member's replicas; doing it
+        at start-up keeps that cost out of the first players' budgets.
+        """
+        defaults = self.manifest.feature_schema.encode_record({})
+        return await self._fanout.score(self.catalog.candidates(defaults), budget_s)
+
     def _response(
         self,
         request_id: str,

@@ -124,3 +124,11 @@ def test_describe_lists_members_and_offers():
     assert [m.name for m in info.members] == ["m0"]
     assert [o.offer_id for o in info.offers] == ["cheap", "mid", "big"]
     assert info.features == ["level", "spend_28d", "platform", "price", "discount"]
+
+
+def test_warm_up_routes_a_default_matrix_through_every_member():
+    members = [FakeMember(f"m{i}", 0.5, constant([0.1, 0.1, 0.1])) for i in range(2)]
+    result = run(make_service(members).warm_up(budget_s=1.0))
+    assert [a.name for a in result.answers] == ["m0", "m1"]
+    # schema defaults: level 1, spend 0, platform android (0)
+    np.testing.assert_array_equal(members[0].calls[0][:, :3], [[1, 0, 0]] * 3)

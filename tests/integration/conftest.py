@@ -1,0 +1,70 @@
+"""Real Ray Serve, real dynalite, real HTTP: the tiny ensemble deployed with serve.run."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import requests
+
+from app.local_dynamo import LOCAL_CREDENTIALS, free_port
+from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
+
+APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
+ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
+
+
+@pytest.fixture(scope="session")
+def serve_app(tiny_version_dir, dynalite_server):
+    """Base URL of the deployed application; Serve and Ray are shut down afterwards."""
+    import ray
+    from ray import serve
+
+    from app.builder import EnsembleAppArgs, build_app
+
+    # Replicas read their settings from the environment they inherit from the raylet, which
+    # inherits ours: point them at the test dynalite.
+    env = {
+        "OFFERS_DYNAMODB_ENDPOINT_URL": dynalite_server.endpoint_url,
+        "OFFERS_DYNAMODB_TABLE": TEST_TABLE,
+        "AWS_ACCESS_KEY_ID": LOCAL_CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIALS["aws_secret_access_key"],
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        args = EnsembleAppArgs(
+            game=TEST_GAME,
+            version=TEST_VERSION,
+            profile="tiny",
+            artifacts_root=tiny_version_dir.parents[2],
+        )
+        serve.run(build_app(args), name=APP_NAME, route_prefix=ROUTE_PREFIX)
+        base = f"http://127.0.0.1:{port}{ROUTE_PREFIX}"
+        _wait_healthy(base)
+        yield base
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _wait_healthy(base: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{base} not healthy after {timeout_s}s")
+        time.sleep(0.2)
