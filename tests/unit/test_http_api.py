@@ -68,7 +68,11 @@ def test_other_game_gets_404_with_reason(client):
 
 
 def test_health_and_ensemble(client):
-    assert client.get("/healthz").json() == {"status": "ok", "game": "test-game", "version": "v-test"}
+    assert client.get("/healthz").json() == {
+        "status": "ok",
+        "game": "test-game",
+        "version": "v-test",
+    }
     assert client.get("/v1/ensemble").json()["members"][0]["name"] == "m0"
 
 
