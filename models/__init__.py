@@ -1,0 +1,1 @@
+"""Training side of dynamic offers: synthetic players, offer catalogs and ensemble members."""

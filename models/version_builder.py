@@ -1,0 +1,144 @@
+"""Train the members of one (game, version, profile), weight them and write the manifest."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from app.manifest import Manifest, MemberEntry, Offer, write_manifest
+from app.member_model import MemberModel, sha256_of
+from models import recipes
+from models.catalog import CatalogOffer, catalog_offers
+from models.datasets import Holdout, holdout, member_data, training_logs
+from models.estimators import fit_and_save
+from models.evaluation import auc, weighted_mean, weights_from_validation_aucs
+from models.features import feature_schema
+from models.population import ImpressionLog
+
+log = logging.getLogger(__name__)
+
+
+def build_version(
+    game: str, version: str, profile: str, folder: Path, config_hash: str
+) -> Manifest:
+    spec, prof = recipes.version_spec(version), recipes.profile(profile)
+    logs = training_logs(game, spec, prof)
+    held_out = holdout(game, spec, prof)
+
+    drafts = [_train_member(recipe, game, spec, logs, folder) for recipe in prof.members]
+    members, ensemble_auc = _weigh_and_judge(drafts, folder, held_out)
+    offers = _offers_with_priors(catalog_offers(game), list(logs.values()))
+    manifest = Manifest(
+        game=game,
+        version=version,
+        profile=profile,
+        training_config_hash=config_hash,
+        feature_schema=feature_schema(),
+        offers=offers,
+        fallback_offer_id=max(offers, key=lambda o: o.prior_propensity * o.net_price).offer_id,
+        members=members,
+        ensemble_auc=ensemble_auc,
+        oracle_auc=auc(held_out.test.y, held_out.test.p_true),
+        holdout_rows=len(held_out.test),
+    )
+    mean_auc = float(np.mean([m.auc for m in members]))
+    if ensemble_auc < mean_auc:
+        log.warning(
+            "%s %s %s: ensemble AUC %.4f is below the mean member AUC %.4f",
+            game,
+            version,
+            profile,
+            ensemble_auc,
+            mean_auc,
+        )
+    write_manifest(manifest, folder)
+    return manifest
+
+
+def _train_member(
+    recipe: recipes.MemberRecipe,
+    game: str,
+    spec: recipes.VersionSpec,
+    logs: dict[int, ImpressionLog],
+    folder: Path,
+) -> MemberEntry:
+    """Fit and save one member. Its weight and AUC are placeholders until all are scored."""
+    data = member_data(recipe, spec, logs, game)
+    started = time.perf_counter()
+    saved = fit_and_save(recipe, data.X, data.y, folder)
+    seconds = time.perf_counter() - started
+    log.info("%s %s: %s on %d rows in %.1fs", game, spec.version, recipe.name, len(data.y), seconds)
+    training: dict[str, str | int | float] = {
+        "windows": ",".join(map(str, data.windows)),
+        "sampling": recipe.sampling,
+        "segment": recipe.segment,
+        "rows": len(data.y),
+        "positives": int(data.y.sum()),
+        "seed": recipe.seed,
+        "fit_seconds": round(seconds, 2),
+    }
+    return MemberEntry(
+        name=recipe.name,
+        framework=recipe.framework,
+        estimator=saved.estimator,
+        artifact=saved.artifact,
+        sha256=sha256_of(folder / saved.artifact),
+        weight=1.0,
+        auc=0.5,
+        training=training | saved.summary,
+    )
+
+
+def _weigh_and_judge(
+    drafts: list[MemberEntry], folder: Path, held_out: Holdout
+) -> tuple[list[MemberEntry], float]:
+    """Weights from validation AUCs, then member and ensemble AUCs on the test sample.
+
+    Members are scored through MemberModel.load on the saved artifacts, so the numbers describe
+    exactly what serving will compute.
+    """
+    loaded = [MemberModel.load(entry, folder) for entry in drafts]
+    val_aucs = [auc(held_out.validation.y, m.score(held_out.validation.X)) for m in loaded]
+    weights = weights_from_validation_aucs(val_aucs)
+    test_scores = [m.score(held_out.test.X) for m in loaded]
+    members = [
+        MemberEntry.model_validate(
+            entry.model_dump()
+            | {
+                "weight": weight,
+                "auc": auc(held_out.test.y, scores),
+                "training": entry.training | {"validation_auc": round(val_auc, 6)},
+            }
+        )
+        for entry, weight, scores, val_auc in zip(
+            drafts, weights, test_scores, val_aucs, strict=True
+        )
+    ]
+    ensemble = weighted_mean(test_scores, [m.weight for m in members])
+    return members, auc(held_out.test.y, ensemble)
+
+
+def _offers_with_priors(
+    catalog: tuple[CatalogOffer, ...], logs: list[ImpressionLog]
+) -> list[Offer]:
+    """Manifest offers, each with its observed conversion rate in the training impressions."""
+    offer_index = np.concatenate([lg.offer_index for lg in logs])
+    bought = np.concatenate([lg.y for lg in logs])
+    offers = []
+    for k, item in enumerate(catalog):
+        shown = offer_index == k
+        offers.append(
+            Offer(
+                offer_id=item.offer_id,
+                item=item.item,
+                category=item.category,
+                price=item.price,
+                discount=item.discount,
+                features=[float(v) for v in item.features],
+                prior_propensity=float(bought[shown].mean()) if shown.any() else 0.0,
+            )
+        )
+    return offers

@@ -1,0 +1,283 @@
+"""Training: the tiny profile end to end, its manifest, its artifacts and the training cache."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.manifest import MANIFEST_FILENAME, Manifest, load_manifest
+from app.member_model import ArtifactIntegrityError, MemberModel, sha256_of
+from models import recipes
+from models.catalog import GAMES, catalog_offers
+from models.datasets import holdout
+from models.evaluation import auc, ensemble_scores
+from models.train import ensure_trained, main, version_dir
+
+pytestmark = pytest.mark.unit
+
+GAME, VERSION, PROFILE = "galaxy-raiders", "2026-10", "tiny"
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An artifacts root holding the tiny profile of every game and version."""
+    root = tmp_path_factory.mktemp("artifacts")
+    for game in GAMES:
+        for version in recipes.VERSIONS:
+            ensure_trained(game, version, PROFILE, root=root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def folder(root: Path) -> Path:
+    return version_dir(GAME, VERSION, PROFILE, root)
+
+
+@pytest.fixture(scope="module")
+def manifest(folder: Path) -> Manifest:
+    return load_manifest(folder)
+
+
+def _copy_root(root: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "artifacts"
+    shutil.copytree(root, copy)
+    return copy
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+# --- recipes, without training -------------------------------------------------------------
+
+
+def test_standard_profile_is_twelve_mostly_xgboost_members() -> None:
+    members = recipes.profile("standard").members
+    assert len(members) == 12
+    xgboost = [m for m in members if m.framework == "xgboost"]
+    sklearn_kinds = {m.estimator for m in members if m.framework == "sklearn"}
+    assert len(xgboost) > len(members) / 2
+    assert len(sklearn_kinds) >= 2
+    assert {m.sampling for m in members} == {"all", "bootstrap"}
+    assert {"ios", "android"} <= {m.segment for m in members}
+
+
+@pytest.mark.parametrize("profile", sorted(recipes.PROFILES))
+def test_member_names_are_valid_and_unique(profile: str) -> None:
+    names = recipes.profile(profile).member_names()
+    assert len(set(names)) == len(names)
+    assert all(NAME_PATTERN.match(n) for n in names)
+
+
+def test_versions_hold_out_a_later_window() -> None:
+    for spec in recipes.VERSIONS.values():
+        assert spec.holdout_window > max(spec.train_windows)
+
+
+def test_config_hash_separates_games_versions_and_profiles() -> None:
+    hashes = {
+        recipes.training_config_hash(g, v, p)
+        for g in GAMES
+        for v in recipes.VERSIONS
+        for p in recipes.PROFILES
+    }
+    assert len(hashes) == len(GAMES) * len(recipes.VERSIONS) * len(recipes.PROFILES)
+
+
+def test_unknown_names_are_clear_key_errors(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="unknown game"):
+        ensure_trained("space-farm", VERSION, PROFILE, root=tmp_path)
+    with pytest.raises(KeyError, match="unknown version"):
+        ensure_trained(GAME, "1999-01", PROFILE, root=tmp_path)
+    with pytest.raises(KeyError, match="unknown profile"):
+        ensure_trained(GAME, VERSION, "giant", root=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+# --- the trained tiny versions -------------------------------------------------------------
+
+
+def test_manifest_describes_the_version(folder: Path, manifest: Manifest, root: Path) -> None:
+    assert folder == root / PROFILE / GAME / VERSION
+    assert (manifest.game, manifest.version, manifest.profile) == (GAME, VERSION, PROFILE)
+    assert manifest.training_config_hash == recipes.training_config_hash(GAME, VERSION, PROFILE)
+    assert [m.name for m in manifest.members] == recipes.profile(PROFILE).member_names()
+    assert sum(m.weight for m in manifest.members) == pytest.approx(1.0)
+    assert manifest.holdout_rows == recipes.profile(PROFILE).test_rows
+    for member in manifest.members:
+        assert {"windows", "sampling", "segment", "rows"} <= member.training.keys()
+
+
+def test_members_see_their_own_windows(root: Path) -> None:
+    later = load_manifest(version_dir(GAME, "2026-11", PROFILE, root))
+    assert later.member("xgb-all").training["windows"] == "2,3,4,5"
+    assert later.member("hgb-w1").training["windows"] == "3"
+    assert later.member("xgb-ios").training["segment"] == "ios"
+
+
+@pytest.mark.parametrize("version", sorted(recipes.VERSIONS))
+@pytest.mark.parametrize("game", GAMES)
+def test_ensemble_is_at_least_as_good_as_its_average_member(
+    root: Path, game: str, version: str
+) -> None:
+    manifest = load_manifest(version_dir(game, version, PROFILE, root))
+    mean_member = statistics.fmean(m.auc for m in manifest.members)
+    assert manifest.ensemble_auc >= mean_member
+    assert 0.5 < manifest.ensemble_auc <= manifest.oracle_auc + 0.02
+
+
+def test_ensemble_auc_is_reproduced_from_the_artifacts(folder: Path, manifest: Manifest) -> None:
+    test = holdout(GAME, recipes.version_spec(VERSION), recipes.profile(PROFILE)).test
+    assert len(test) == manifest.holdout_rows
+    scores = ensemble_scores(manifest, folder, test.X)
+    assert abs(auc(test.y, scores) - manifest.ensemble_auc) < 1e-9
+    assert abs(auc(test.y, test.p_true) - manifest.oracle_auc) < 1e-9
+
+
+def test_artifact_checksums_match_the_manifest(folder: Path, manifest: Manifest) -> None:
+    for member in manifest.members:
+        assert sha256_of(folder / member.artifact) == member.sha256
+
+
+def test_every_framework_loads_and_scores_probabilities(folder: Path, manifest: Manifest) -> None:
+    test = holdout(GAME, recipes.version_spec(VERSION), recipes.profile(PROFILE)).test
+    frameworks = set()
+    for entry in manifest.members:
+        model = MemberModel.load(entry, folder)
+        scores = model.score(test.X[:500])
+        assert scores.shape == (500,) and np.all((scores >= 0) & (scores <= 1))
+        frameworks.add(entry.framework)
+        suffix = ".ubj" if entry.framework == "xgboost" else ".skops"
+        assert entry.artifact.endswith(suffix)
+    assert frameworks == {"xgboost", "sklearn"}
+
+
+def test_offers_carry_observed_priors_and_the_best_fallback(manifest: Manifest) -> None:
+    catalog = catalog_offers(GAME)
+    assert [o.offer_id for o in manifest.offers] == [o.offer_id for o in catalog]
+    for offer, item in zip(manifest.offers, catalog, strict=True):
+        assert offer.features == list(item.features)
+        assert 0 < offer.prior_propensity < 1
+    best = max(manifest.offers, key=lambda o: o.prior_propensity * o.net_price)
+    assert manifest.fallback_offer_id == best.offer_id
+    assert manifest.fallback_offer in manifest.offers
+
+
+def test_no_staging_leftovers(folder: Path) -> None:
+    siblings = {p.name for p in folder.parent.iterdir()}
+    assert siblings == set(recipes.VERSIONS) | {f".{v}.lock" for v in recipes.VERSIONS}
+
+
+# --- artifact integrity --------------------------------------------------------------------
+
+
+def test_a_flipped_byte_is_refused(folder: Path, manifest: Manifest, tmp_path: Path) -> None:
+    copy = tmp_path / "version"
+    shutil.copytree(folder, copy)
+    for entry in manifest.members:
+        _flip_a_byte(copy / entry.artifact)
+        with pytest.raises(ArtifactIntegrityError, match="sha256 mismatch"):
+            MemberModel.load(entry, copy)
+
+
+def test_an_artifact_outside_the_version_folder_is_refused(
+    folder: Path, manifest: Manifest, tmp_path: Path
+) -> None:
+    copy = tmp_path / "version"
+    shutil.copytree(folder, copy)
+    entry = manifest.members[0]
+    # A byte-identical file outside the folder: only the path check can refuse it.
+    shutil.copy(folder / entry.artifact, tmp_path / entry.artifact)
+    escaping = entry.model_copy(update={"artifact": f"../{entry.artifact}"})
+    with pytest.raises(ArtifactIntegrityError, match="escapes"):
+        MemberModel.load(escaping, copy)
+
+
+# --- the training cache --------------------------------------------------------------------
+
+
+def test_a_second_call_reuses_the_version_quickly(folder: Path, root: Path) -> None:
+    before = _mtimes(folder)
+    started = time.perf_counter()
+    again = ensure_trained(GAME, VERSION, PROFILE, root=root)
+    assert time.perf_counter() - started < 0.5
+    assert again == folder
+    assert _mtimes(folder) == before
+
+
+def test_force_retrains(root: Path, tmp_path: Path) -> None:
+    copy = _copy_root(root, tmp_path)
+    target = version_dir(GAME, VERSION, PROFILE, copy)
+    before = _mtimes(target)
+    ensure_trained(GAME, VERSION, PROFILE, root=copy, force=True)
+    after = _mtimes(target)
+    assert after.keys() == before.keys()
+    assert all(after[name] != before[name] for name in before)
+    retrained = load_manifest(target)
+    for entry in retrained.members:
+        MemberModel.load(entry, target)
+
+
+def test_a_tampered_version_is_retrained(root: Path, manifest: Manifest, tmp_path: Path) -> None:
+    copy = _copy_root(root, tmp_path)
+    target = version_dir(GAME, VERSION, PROFILE, copy)
+    artifact = target / manifest.members[0].artifact
+    _flip_a_byte(artifact)
+    ensure_trained(GAME, VERSION, PROFILE, root=copy)
+    assert sha256_of(artifact) == load_manifest(target).members[0].sha256
+
+
+def test_a_changed_recipe_is_retrained(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = _copy_root(root, tmp_path)
+    monkeypatch.setattr(recipes, "CODE_VERSION", "models-test")
+    target = ensure_trained(GAME, VERSION, PROFILE, root=copy)
+    assert load_manifest(target).training_config_hash == recipes.training_config_hash(
+        GAME, VERSION, PROFILE
+    )
+
+
+def test_a_half_written_version_is_not_trusted(root: Path, tmp_path: Path) -> None:
+    copy = _copy_root(root, tmp_path)
+    target = version_dir(GAME, VERSION, PROFILE, copy)
+    (target / MANIFEST_FILENAME).write_text("{")
+    ensure_trained(GAME, VERSION, PROFILE, root=copy)
+    load_manifest(target)
+
+
+# --- the command line and imports -----------------------------------------------------------
+
+
+def test_cli_prints_one_line_per_version(root: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--all", "--profile", PROFILE, "--root", str(root)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == len(GAMES) * len(recipes.VERSIONS)
+    assert all("ensemble AUC" in line and "oracle AUC" in line for line in lines)
+
+
+def test_importing_the_training_entry_point_loads_no_ml_library() -> None:
+    code = (
+        "import sys, models.train, models.population, models.recipes; "
+        "print(sorted(m for m in ('xgboost', 'sklearn', 'skops') if m in sys.modules))"
+    )
+    root_dir = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root_dir, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"
