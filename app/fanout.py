@@ -26,6 +26,12 @@ class MemberClient(Protocol):
     async def score(self, matrix: np.ndarray) -> np.ndarray: ...
 
 
+class EnsembleScorer(Protocol):
+    """Scores one candidate matrix with the ensemble's members within a time budget."""
+
+    async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult: ...
+
+
 @dataclass(frozen=True)
 class FanoutResult:
     answers: list[MemberScores]

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from app.aggregation import weighted_mean
-from app.fanout import Fanout, FanoutResult
+from app.fanout import EnsembleScorer, FanoutResult
 from app.feature_store import FeatureStore, FeatureStoreUnavailable
 from app.manifest import Manifest, Offer
 from app.offers import OfferCatalog, OfferDecision
@@ -56,14 +56,14 @@ class OfferService:
         self,
         manifest: Manifest,
         feature_store: FeatureStore,
-        fanout: Fanout,
+        scorer: EnsembleScorer,
         *,
         request_budget_ms: float,
     ) -> None:
         self.manifest = manifest
         self.catalog = OfferCatalog(manifest)
         self._features = feature_store
-        self._fanout = fanout
+        self._scorer = scorer
         self._budget_ms = request_budget_ms
 
     @property
@@ -105,7 +105,7 @@ class OfferService:
             )
 
         candidates = self.catalog.candidates(row)
-        result = await self._fanout.score(candidates, deadline.remaining_s())
+        result = await self._scorer.score(candidates, deadline.remaining_s())
         if not result.answers:
             logger.warning("no member answered %s: %s", request_id, result.missing)
             return self._response(
@@ -126,7 +126,7 @@ class OfferService:
         at start-up keeps that cost out of the first players' budgets.
         """
         defaults = self.manifest.feature_schema.encode_record({})
-        return await self._fanout.score(self.catalog.candidates(defaults), budget_s)
+        return await self._scorer.score(self.catalog.candidates(defaults), budget_s)
 
     def _response(
         self,

@@ -34,7 +34,8 @@ def serve_app(tiny_version_dir, dynalite_server):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
+    # address="local": always a fresh instance, never a cluster someone started with `ray start`.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         args = EnsembleAppArgs(

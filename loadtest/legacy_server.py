@@ -1,0 +1,71 @@
+"""The legacy baseline: the "before" system of the case study, for side-by-side benchmarks.
+
+One web process loads every member of the manifest and scores them one after another for
+each request, the way the Flask pods did. It reuses the service's feature store, offer
+decision and HTTP API, so the only difference from the ensemble service is *where and how*
+the members run. Run it with one worker per core:
+
+    OFFERS_LEGACY_VERSION_DIR=models/artifacts/standard/galaxy-raiders/2026-11 \\
+    OFFERS_DYNAMODB_ENDPOINT_URL=http://127.0.0.1:4567 \\
+    AWS_ACCESS_KEY_ID=local AWS_SECRET_ACCESS_KEY=local \\
+    .venv/bin/uvicorn loadtest.legacy_server:create_app --factory --workers 2 \\
+        --host 127.0.0.1 --port 8100 --no-access-log
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.aggregation import MemberScores
+from app.fanout import FanoutResult
+from app.feature_store import FeatureStore
+from app.http_api import build_http_api
+from app.manifest import load_manifest
+from app.member_model import MemberModel
+from app.offer_service import OfferService
+from app.settings import get_settings
+
+
+class LegacySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OFFERS_LEGACY_", extra="ignore")
+
+    version_dir: Path
+    request_budget_ms: float = Field(default=1000.0, gt=0)
+
+
+class SequentialScorer:
+    """Every member in this process, scored in manifest order, one after another.
+
+    Like the legacy system it has no per-member deadline: a request waits for all members.
+    """
+
+    def __init__(self, models: Sequence[MemberModel]) -> None:
+        self.models = tuple(models)
+
+    async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
+        started = time.perf_counter()
+        answers = [MemberScores(m.name, m.entry.weight, m.score(matrix)) for m in self.models]
+        return FanoutResult(answers, {}, (time.perf_counter() - started) * 1000.0)
+
+
+def create_app() -> FastAPI:
+    """uvicorn factory: one call per worker process, each loading every member."""
+    legacy = LegacySettings()
+    version_dir = legacy.version_dir.resolve()
+    manifest = load_manifest(version_dir)
+    models = [MemberModel.load(entry, version_dir) for entry in manifest.members]
+    store = FeatureStore(get_settings(), manifest.feature_schema, manifest.game)
+    service = OfferService(
+        manifest, store, SequentialScorer(models), request_budget_ms=legacy.request_budget_ms
+    )
+    # Same URL layout as the Serve application, so one locustfile drives both systems.
+    root = FastAPI(title="Dynamic Offers (legacy baseline)", docs_url=None, redoc_url=None)
+    root.mount(f"/{manifest.game}/{manifest.version}", build_http_api(service))
+    return root

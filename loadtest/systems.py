@@ -1,0 +1,231 @@
+"""Start, watch and stop the two systems a benchmark compares, each as its own process tree."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import psutil
+import requests
+import yaml
+
+from app.local_dynamo import LOCAL_CREDENTIALS, PROJECT_ROOT
+
+BIN = Path(sys.executable).parent
+
+
+class SystemFailed(RuntimeError):
+    pass
+
+
+class ManagedProcess:
+    """A child in its own session, stopped with SIGINT, then SIGTERM, then SIGKILL."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.args = args
+        self.env = env
+        self.log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                self.args,
+                cwd=PROJECT_ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def tree(self) -> list[psutil.Process]:
+        """The process and every descendant (for Ray: GCS, raylet and all replicas)."""
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        if self.process is None:
+            return
+        family = self.tree()
+        for sig, wait_s in (
+            (signal.SIGINT, grace_s),
+            (signal.SIGTERM, 10.0),
+            (signal.SIGKILL, 5.0),
+        ):
+            if self.process.poll() is not None:
+                break
+            self.process.send_signal(sig)
+            try:
+                self.process.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                continue
+        # Anything the child left behind (e.g. Ray workers orphaned by a hard kill) is ours,
+        # identified by pid from the tree recorded before stopping: never a pattern kill.
+        _, alive = psutil.wait_procs([p for p in family if p.is_running()], timeout=10)
+        for leftover in alive:
+            try:
+                leftover.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def dynamo_env(endpoint_url: str, table: str) -> dict[str, str]:
+    return {
+        "OFFERS_DYNAMODB_ENDPOINT_URL": endpoint_url,
+        "OFFERS_DYNAMODB_TABLE": table,
+        "AWS_ACCESS_KEY_ID": LOCAL_CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIALS["aws_secret_access_key"],
+    }
+
+
+class System:
+    """One system under test: a process tree serving `<base_url><route_prefix>/v1/offers`."""
+
+    name: str
+
+    def __init__(self, port: int, route_prefix: str, log_path: Path) -> None:
+        self.port = port
+        self.route_prefix = route_prefix
+        self.log_path = log_path
+        self.process: ManagedProcess | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def start(self, ready_timeout_s: float = 600.0) -> System:
+        args, env = self._command()
+        self.process = ManagedProcess(args, env, self.log_path)
+        self.process.start()
+        self._wait_ready(ready_timeout_s)
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self.process is not None
+        url = f"{self.base_url}{self.route_prefix}/healthz"
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self.process.alive():
+                raise SystemFailed(f"{self.name} exited while starting; see {self.log_path}")
+            try:
+                if requests.get(url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SystemFailed(f"{self.name} not ready after {timeout_s}s; see {self.log_path}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+    def __enter__(self) -> System:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class LegacySystem(System):
+    """uvicorn with one worker per core, each loading every member (loadtest.legacy_server)."""
+
+    name = "legacy"
+
+    def __init__(
+        self,
+        version_dir: Path,
+        route_prefix: str,
+        port: int,
+        endpoint_url: str,
+        table: str,
+        log_path: Path,
+        workers: int | None = None,
+    ) -> None:
+        super().__init__(port, route_prefix, log_path)
+        self.version_dir = version_dir
+        self.workers = workers or os.cpu_count() or 1
+        self.env = {
+            **os.environ,
+            **dynamo_env(endpoint_url, table),
+            "OFFERS_LEGACY_VERSION_DIR": str(version_dir),
+        }
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        args = [
+            str(BIN / "uvicorn"),
+            "loadtest.legacy_server:create_app",
+            "--factory",
+            f"--workers={self.workers}",
+            "--host=127.0.0.1",
+            f"--port={self.port}",
+            "--no-access-log",
+            "--log-level=warning",
+        ]
+        return args, self.env
+
+
+class EnsembleSystem(System):
+    """`serve run` of a Serve config derived from serve_config.yaml (local Ray started by it)."""
+
+    name = "ensemble"
+
+    def __init__(self, config_path: Path, route_prefix: str, port: int, log_path: Path) -> None:
+        super().__init__(port, route_prefix, log_path)
+        self.config_path = config_path
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        return [str(BIN / "serve"), "run", str(self.config_path)], dict(os.environ)
+
+
+def derived_serve_config(
+    base: Path,
+    *,
+    profile: str,
+    port: int,
+    endpoint_url: str,
+    table: str,
+    out: Path,
+) -> tuple[Path, str]:
+    """Write a copy of `base` serving its first application with `profile` on `port`.
+
+    Returns the new config's path and the application's route prefix.
+    """
+    document = yaml.safe_load(base.read_text())
+    document["http_options"] = {**document.get("http_options", {}), "port": port}
+    app = document["applications"][0]
+    document["applications"] = [app]
+    app["args"] = {**app.get("args", {}), "profile": profile}
+    env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    env.update(dynamo_env(endpoint_url, table))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(document, sort_keys=False))
+    return out, app["route_prefix"]
