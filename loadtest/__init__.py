@@ -1,0 +1,1 @@
+"""Load tests: game-server login traffic against one Serve application (locust)."""
