@@ -8,8 +8,9 @@ PY_STAMP := $(VENV)/.deps-installed
 NODE_STAMP := node_modules/.deps-installed
 CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
+PROFILE ?= standard
 
-.PHONY: setup models run test lint
+.PHONY: setup models run test bench lint
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -33,6 +34,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Ensemble vs legacy, one run on this machine; report in loadtest/results/<timestamp>/.
+bench: setup
+	$(BIN)/python -m loadtest.bench --profile $(PROFILE) $(BENCH_ARGS)
 
 lint: setup
 	$(BIN)/ruff check app models loadtest tests

@@ -1,0 +1,125 @@
+"""Benchmark report: report.json (stable summary for tools), report.md, latency plot."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+# Keys other tools read from report.json; everything else in the file may change.
+SUMMARY_KEYS = ("max_rps_at_p95_150ms", "c1_p50_ms", "c1_p95_ms", "peak_rss_mb", "error_rate")
+RATIO_KEYS = ("max_rps_at_p95_150ms", "c1_p50_ms")
+SYSTEMS = ("ensemble", "legacy")
+
+
+def ratios(systems: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in RATIO_KEYS:
+        ensemble, legacy = systems["ensemble"].get(key), systems["legacy"].get(key)
+        out[key] = round(ensemble / legacy, 3) if ensemble is not None and legacy else None
+    return out
+
+
+def write_json(report: dict[str, Any], folder: Path) -> Path:
+    path = folder / "report.json"
+    path.write_text(json.dumps(report, indent=2, allow_nan=False, default=_finite))
+    return path
+
+
+def _finite(value: Any) -> Any:
+    raise TypeError(f"not JSON serializable: {value!r}")
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def summary_table(report: dict[str, Any]) -> str:
+    systems, r = report["systems"], report["ratios"]
+    rows = [
+        ("max RPS with p95 ≤ 150 ms", "max_rps_at_p95_150ms", r.get("max_rps_at_p95_150ms")),
+        ("c=1 p50 (ms)", "c1_p50_ms", r.get("c1_p50_ms")),
+        ("c=1 p95 (ms)", "c1_p95_ms", None),
+        ("login-day p95 (ms)", "stages_p95_ms", None),
+        ("login-day p99 (ms)", "stages_p99_ms", None),
+        ("login-day RPS", "stages_rps", None),
+        ("error rate", "error_rate", None),
+        ("fallback share", "fallback_share", None),
+        ("CPU cores used (login day)", "stages_cpu_cores", None),
+        ("peak RSS (MB)", "peak_rss_mb", None),
+    ]
+    lines = ["| figure | ensemble | legacy | ensemble / legacy |", "|---|---|---|---|"]
+    for label, key, ratio in rows:
+        digits = 4 if key in {"error_rate", "fallback_share"} else 1
+        lines.append(
+            f"| {label} | {_fmt(systems['ensemble'].get(key), digits)} | "
+            f"{_fmt(systems['legacy'].get(key), digits)} | {_fmt(ratio, 2) if ratio else ''} |"
+        )
+    return "\n".join(lines)
+
+
+def write_markdown(report: dict[str, Any], folder: Path) -> Path:
+    machine = report["machine"]
+    lines = [
+        f"# Benchmark: ensemble (Ray Serve) vs legacy, profile `{report['profile']}`",
+        "",
+        f"Command: `{report['command']}`  ",
+        f"Started: {report['started_at']}  ",
+        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), "
+        f"{machine['memory_gb']} GB, Python {machine['python']}, Ray {machine['ray']}, "
+        f"load average at start {machine['loadavg_at_start']}",
+        "",
+        summary_table(report),
+        "",
+        "## Step search (constant offered load, p95 ≤ 150 ms)",
+        "",
+        "| system | offered RPS | achieved RPS | p50 | p95 | p99 | errors | held |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in SYSTEMS:
+        for step in report["systems"][name].get("steps", []):
+            lines.append(
+                f"| {name} | {step['offered_rps']} | {_fmt(step['rps'])} "
+                f"| {_fmt(step['p50_ms'], 0)} | {_fmt(step['p95_ms'], 0)} "
+                f"| {_fmt(step['p99_ms'], 0)} | {step['failures']} "
+                f"| {'yes' if step['held'] else 'no'} |"
+            )
+    lines += ["", "![latency vs offered load](latency.png)", ""]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def write_plot(report: dict[str, Any], folder: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on benchmark machines
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles = {"ensemble": "tab:blue", "legacy": "tab:red"}
+    for name in SYSTEMS:
+        steps = report["systems"][name].get("steps", [])
+        if not steps:
+            continue
+        x = [s["offered_rps"] for s in steps]
+        for key, dash in (("p50_ms", ":"), ("p95_ms", "-"), ("p99_ms", "--")):
+            ax.plot(x, [s[key] for s in steps], dash, marker="o", color=styles[name],
+                    label=f"{name} {key[:3]}")  # fmt: skip
+    ax.axhline(150, color="grey", linewidth=1, label="p95 target 150 ms")
+    ax.set_xlabel("offered load (requests/s)")
+    ax.set_ylabel("latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"Latency vs offered load, profile {report['profile']}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    path = folder / "latency.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
