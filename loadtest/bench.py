@@ -242,7 +242,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--players", type=int, default=10_000)
     parser.add_argument("--levels", default=DEFAULT_LEVELS, help="offered RPS steps")
     parser.add_argument("--step-seconds", type=int, default=15)
-    parser.add_argument("--user-rps", type=float, default=2.0, help="requests/s per locust user")
+    parser.add_argument("--user-rps", type=float, default=1.0, help="mean logins/s per locust user")
     parser.add_argument("--peak-rps", type=float, default=40.0, help="login-day peak load")
     parser.add_argument("--stage-seconds", type=int, default=15)
     parser.add_argument("--probe-requests", type=int, default=300)
