@@ -60,9 +60,6 @@ def _sklearn(recipe: MemberRecipe, X: np.ndarray, y: np.ndarray, folder: Path) -
 
 def _build_sklearn(recipe: MemberRecipe):
     from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
     params = dict(recipe.params)
     if recipe.estimator == "hist_gradient_boosting":
@@ -75,16 +72,45 @@ def _build_sklearn(recipe: MemberRecipe):
         estimator = ExtraTreesClassifier(n_jobs=TRAIN_THREADS, random_state=recipe.seed, **params)
         return estimator, "ExtraTreesClassifier", {}
     if recipe.estimator == "logistic_regression":
-        # Counts and amounts are heavy-tailed; arcsinh (log-like, yet defined for any value a
-        # malformed record could carry) makes a linear model usable on them.
-        estimator = make_pipeline(
-            FunctionTransformer(np.arcsinh),
-            StandardScaler(),
-            LogisticRegression(random_state=recipe.seed, **params),
-        )
-        return (
-            estimator,
-            "LogisticRegression",
-            {"pipeline": "arcsinh > StandardScaler > LogisticRegression"},
-        )
+        return _logistic_pipeline(recipe, params)
     raise ValueError(f"{recipe.name}: unknown estimator {recipe.estimator!r}")
+
+
+def _logistic_pipeline(recipe: MemberRecipe, params: dict):
+    """arcsinh > StandardScaler [> splines [> interactions]] > LogisticRegression.
+
+    `spline_knots` (recipe param) expands every feature into a cubic B-spline basis, which lets
+    the linear model bend each feature's effect; `interaction_degree=2` then adds every pairwise
+    product of those basis functions. Both are popped from the params; the rest go to
+    LogisticRegression.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import (
+        FunctionTransformer,
+        PolynomialFeatures,
+        SplineTransformer,
+        StandardScaler,
+    )
+
+    knots = int(params.pop("spline_knots", 0))
+    degree = int(params.pop("interaction_degree", 1))
+    if degree not in (1, 2) or (degree == 2 and not knots):
+        raise ValueError(f"{recipe.name}: interaction_degree {degree} needs spline_knots")
+    # Counts and amounts are heavy-tailed; arcsinh (log-like, yet defined for any value a
+    # malformed record could carry) makes a linear model usable on them.
+    steps = [FunctionTransformer(np.arcsinh), StandardScaler()]
+    names = ["arcsinh", "StandardScaler"]
+    if knots:
+        # Constant extrapolation: a value beyond the training range scores like the range's
+        # edge. Sparse output keeps the expanded training matrix a fraction of its dense size.
+        steps.append(
+            SplineTransformer(n_knots=knots, degree=3, extrapolation="constant", sparse_output=True)
+        )
+        names.append(f"SplineTransformer({knots} knots, cubic)")
+    if degree == 2:
+        steps.append(PolynomialFeatures(degree=2, interaction_only=True, include_bias=False))
+        names.append("pairwise interactions")
+    steps.append(LogisticRegression(random_state=recipe.seed, **params))
+    names.append("LogisticRegression")
+    return make_pipeline(*steps), "LogisticRegression", {"pipeline": " > ".join(names)}

@@ -20,7 +20,9 @@ from models.features import feature_schema
 from models.population import POPULATION_SEED
 
 # Bump when training code changes in a way the recipes don't capture: it invalidates caches.
-CODE_VERSION = "models-1"
+# models-2: manifests record each member's predict_ms_10_rows; logistic-regression pipelines
+# can expand features with splines and pairwise interactions.
+CODE_VERSION = "models-2"
 
 Estimator = Literal["xgboost", "hist_gradient_boosting", "extra_trees", "logistic_regression"]
 Sampling = Literal["all", "bootstrap"]
@@ -176,7 +178,99 @@ _TINY_MEMBERS = (
     _member("logreg-all", "logistic_regression", 6_000, 22, C=1.0, max_iter=300),
 )
 
-# A later "heavy" profile (bigger members, more rows) only needs another entry here.
+# The standard members' names and data slices with production-sized models, for benchmarks whose
+# members must cost milliseconds per request (10 candidate rows scored on one thread): 1,200-1,600
+# trees of depth 10-14 per XGBoost member at a low learning rate, a 600-iteration
+# HistGradientBoosting with 63 leaves per tree, twice the extra trees, and a logistic regression
+# on a spline basis of every feature with all pairwise interactions (about 8,900 coefficients).
+# Regularized (min_child_weight, lambda, C, small learning rates) so that the extra capacity does
+# not turn into overfitting. Each manifest records the measured predict_ms_10_rows per member.
+_HEAVY_XGB: dict[str, HyperParam] = {
+    "n_estimators": 1200,
+    "max_depth": 12,
+    "learning_rate": 0.005,
+    "min_child_weight": 6.0,
+    "reg_lambda": 10.0,
+    "subsample": 0.7,
+    "colsample_bytree": 0.7,
+    "max_bin": 128,
+}
+
+
+def _heavy_xgb(
+    name: str,
+    rows: int,
+    seed: int,
+    *,
+    windows: tuple[int, ...] | None = None,
+    sampling: Sampling = "all",
+    segment: Segment = "all",
+    **params: HyperParam,
+) -> MemberRecipe:
+    return _member(
+        name,
+        "xgboost",
+        rows,
+        seed,
+        windows=windows,
+        sampling=sampling,
+        segment=segment,
+        **(_HEAVY_XGB | params),
+    )
+
+
+_HEAVY_MEMBERS = (
+    _heavy_xgb("xgb-all", 80_000, 11),
+    _heavy_xgb("xgb-w0", 70_000, 12, windows=(0,), min_child_weight=4.0),
+    _heavy_xgb(
+        "xgb-w2", 70_000, 13, windows=(2,), max_depth=10, n_estimators=1600, learning_rate=0.004
+    ),
+    _heavy_xgb("xgb-w3", 70_000, 14, windows=(3,), max_depth=14),
+    _heavy_xgb("xgb-boot1", 80_000, 15, sampling="bootstrap", subsample=0.8, colsample_bytree=0.8),
+    _heavy_xgb("xgb-boot2", 80_000, 16, sampling="bootstrap", min_child_weight=4.0),
+    _heavy_xgb("xgb-ios", 60_000, 17, segment="ios", min_child_weight=4.0),
+    _heavy_xgb("xgb-android", 60_000, 18, segment="android", min_child_weight=4.0),
+    # Spenders buy far more often, so their rows carry more hessian: a larger
+    # min_child_weight keeps their leaves about as populated as the other members'.
+    _heavy_xgb(
+        "xgb-spenders", 50_000, 19, segment="spenders", min_child_weight=10.0, learning_rate=0.006
+    ),
+    _member(
+        "hgb-w1",
+        "hist_gradient_boosting",
+        70_000,
+        20,
+        windows=(1,),
+        max_iter=600,
+        learning_rate=0.02,
+        max_leaf_nodes=63,
+        min_samples_leaf=50,
+        l2_regularization=5.0,
+    ),
+    _member(
+        "et-boot3",
+        "extra_trees",
+        60_000,
+        21,
+        sampling="bootstrap",
+        n_estimators=120,
+        max_depth=16,
+        min_samples_leaf=30,
+        max_features=0.6,
+    ),
+    # Fewer rows than the other members: the expanded design matrix is wide.
+    _member(
+        "logreg-all",
+        "logistic_regression",
+        40_000,
+        22,
+        spline_knots=5,
+        interaction_degree=2,
+        C=0.01,
+        max_iter=500,
+    ),
+)
+
 PROFILES: dict[str, Profile] = {
     "standard": Profile(
         name="standard",
@@ -191,6 +285,15 @@ PROFILES: dict[str, Profile] = {
         validation_rows=6_000,
         test_rows=10_000,
         members=_TINY_MEMBERS,
+    ),
+    # Smaller holdout samples than standard: scoring them with every heavy member on one thread
+    # (as serving does) is a large share of the training time.
+    "heavy": Profile(
+        name="heavy",
+        window_rows=80_000,
+        validation_rows=20_000,
+        test_rows=40_000,
+        members=_HEAVY_MEMBERS,
     ),
 }
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from app.manifest import Manifest, MemberEntry, Offer, write_manifest
 from app.member_model import MemberModel, sha256_of
+from app.offers import OfferCatalog
 from models import recipes
 from models.catalog import CatalogOffer, catalog_offers
 from models.datasets import Holdout, holdout, member_data, training_logs
@@ -20,6 +23,12 @@ from models.population import ImpressionLog
 
 log = logging.getLogger(__name__)
 
+# Predict cost: median wall time of one MemberModel.score call on a 10-row candidate matrix
+# (one request's candidate set for a 10-offer catalog), over TIMED_CALLS calls after WARMUP_CALLS.
+TIMING_ROWS = 10
+WARMUP_CALLS = 5
+TIMED_CALLS = 50
+
 
 def build_version(
     game: str, version: str, profile: str, folder: Path, config_hash: str
@@ -29,7 +38,10 @@ def build_version(
     held_out = holdout(game, spec, prof)
 
     drafts = [_train_member(recipe, game, spec, logs, folder) for recipe in prof.members]
-    members, ensemble_auc = _weigh_and_judge(drafts, folder, held_out)
+    # Members are scored through MemberModel.load on the saved artifacts, so the numbers describe
+    # exactly what serving will compute.
+    loaded = [MemberModel.load(entry, folder) for entry in drafts]
+    members, ensemble_auc = _weigh_and_judge(drafts, loaded, held_out)
     offers = _offers_with_priors(catalog_offers(game), list(logs.values()))
     manifest = Manifest(
         game=game,
@@ -44,6 +56,7 @@ def build_version(
         oracle_auc=auc(held_out.test.y, held_out.test.p_true),
         holdout_rows=len(held_out.test),
     )
+    manifest = _with_predict_costs(manifest, loaded, held_out)
     mean_auc = float(np.mean([m.auc for m in members]))
     if ensemble_auc < mean_auc:
         log.warning(
@@ -93,14 +106,9 @@ def _train_member(
 
 
 def _weigh_and_judge(
-    drafts: list[MemberEntry], folder: Path, held_out: Holdout
+    drafts: list[MemberEntry], loaded: list[MemberModel], held_out: Holdout
 ) -> tuple[list[MemberEntry], float]:
-    """Weights from validation AUCs, then member and ensemble AUCs on the test sample.
-
-    Members are scored through MemberModel.load on the saved artifacts, so the numbers describe
-    exactly what serving will compute.
-    """
-    loaded = [MemberModel.load(entry, folder) for entry in drafts]
+    """Weights from validation AUCs, then member and ensemble AUCs on the test sample."""
     val_aucs = [auc(held_out.validation.y, m.score(held_out.validation.X)) for m in loaded]
     weights = weights_from_validation_aucs(val_aucs)
     test_scores = [m.score(held_out.test.X) for m in loaded]
@@ -142,3 +150,41 @@ def _offers_with_priors(
             )
         )
     return offers
+
+
+def _with_predict_costs(
+    manifest: Manifest, loaded: list[MemberModel], held_out: Holdout
+) -> Manifest:
+    """The manifest with each member's `predict_ms_10_rows` in its training dict.
+
+    The matrices are what serving scores for one request: a held-out player's candidate rows
+    from OfferCatalog, TIMING_ROWS rows each (one player's set for a 10-offer catalog). Calls
+    run on this thread with OpenMP and BLAS limited to one thread, as in a serving replica:
+    Ray sets OMP_NUM_THREADS=1 for actors given less than one CPU.
+    """
+    catalog = OfferCatalog(manifest)
+    calls = WARMUP_CALLS + TIMED_CALLS
+    stacked = catalog.candidates(held_out.test.X[: calls * TIMING_ROWS, : catalog.player_width])
+    matrices = [
+        stacked[start : start + TIMING_ROWS]
+        for start in range(0, len(stacked) - TIMING_ROWS + 1, TIMING_ROWS)
+    ][:calls]
+    members = []
+    with threadpool_limits(limits=1):
+        for entry, model in zip(manifest.members, loaded, strict=True):
+            cost = _median_predict_ms(model, matrices)
+            log.info("%s: predict on %d rows %.3f ms", entry.name, TIMING_ROWS, cost)
+            training = entry.training | {"predict_ms_10_rows": round(cost, 4)}
+            members.append(entry.model_copy(update={"training": training}))
+    return Manifest.model_validate(manifest.model_dump() | {"members": members})
+
+
+def _median_predict_ms(model: MemberModel, matrices: list[np.ndarray]) -> float:
+    for matrix in matrices[:WARMUP_CALLS]:
+        model.score(matrix)
+    seconds = []
+    for matrix in matrices[WARMUP_CALLS:]:
+        started = time.perf_counter()
+        model.score(matrix)
+        seconds.append(time.perf_counter() - started)
+    return statistics.median(seconds) * 1000.0

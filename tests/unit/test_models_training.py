@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.manifest import MANIFEST_FILENAME, Manifest, load_manifest
+from app.manifest import MANIFEST_FILENAME, Manifest, MemberEntry, load_manifest
 from app.member_model import ArtifactIntegrityError, MemberModel, sha256_of
 from models import recipes
 from models.catalog import GAMES, catalog_offers
 from models.datasets import holdout
+from models.estimators import fit_and_save
 from models.evaluation import auc, ensemble_scores
+from models.features import feature_schema
 from models.train import ensure_trained, main, version_dir
 
 pytestmark = pytest.mark.unit
@@ -77,6 +79,68 @@ def test_standard_profile_is_twelve_mostly_xgboost_members() -> None:
     assert {"ios", "android"} <= {m.segment for m in members}
 
 
+# The parameters that make each kind of member bigger (and slower to score).
+_SIZE_PARAMS = {
+    "xgboost": ("n_estimators", "max_depth"),
+    "hist_gradient_boosting": ("max_iter", "max_leaf_nodes"),
+    "extra_trees": ("n_estimators", "max_depth"),
+}
+
+
+def test_heavy_profile_is_the_standard_members_made_bigger() -> None:
+    """Same names (serve configs list members by name), same data slices, bigger models."""
+    standard = {m.name: m for m in recipes.profile("standard").members}
+    heavy = recipes.profile("heavy").members
+    assert [m.name for m in heavy] == list(standard)
+    for member in heavy:
+        base = standard[member.name]
+        same = ("estimator", "windows", "sampling", "segment", "seed")
+        assert [getattr(member, f) for f in same] == [getattr(base, f) for f in same]
+        if member.estimator == "logistic_regression":
+            assert "spline_knots" not in base.params
+            assert member.params["spline_knots"] >= 4
+            assert member.params["interaction_degree"] == 2
+            continue
+        for key in _SIZE_PARAMS[member.estimator]:
+            assert member.params[key] > base.params[key], (member.name, key)
+
+
+def test_heavy_logistic_regression_expands_features_and_loads_from_skops(
+    tmp_path: Path,
+) -> None:
+    """Its spline basis is scipy BSplines: the artifact must still load through skops."""
+    recipe = next(m for m in recipes.profile("heavy").members if m.name == "logreg-all")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2_000, len(feature_schema().column_names))).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] + rng.normal(size=len(X)) > 1.0).astype(np.int64)
+    saved = fit_and_save(recipe, X, y, tmp_path)
+    assert "SplineTransformer" in saved.summary["pipeline"]
+    assert "pairwise interactions" in saved.summary["pipeline"]
+    entry = MemberEntry(
+        name=recipe.name,
+        framework="sklearn",
+        estimator=saved.estimator,
+        artifact=saved.artifact,
+        sha256=sha256_of(tmp_path / saved.artifact),
+        weight=1.0,
+        auc=0.5,
+    )
+    scores = MemberModel.load(entry, tmp_path).score(X[:10])
+    assert scores.shape == (10,) and np.all((scores > 0) & (scores < 1))
+
+
+def test_interactions_without_a_spline_basis_are_refused(tmp_path: Path) -> None:
+    recipe = recipes.MemberRecipe(
+        name="logreg-bad",
+        estimator="logistic_regression",
+        rows=100,
+        params={"interaction_degree": 2},
+    )
+    X = np.zeros((4, 3), dtype=np.float32)
+    with pytest.raises(ValueError, match="needs spline_knots"):
+        fit_and_save(recipe, X, np.array([0, 1, 0, 1]), tmp_path)
+
+
 @pytest.mark.parametrize("profile", sorted(recipes.PROFILES))
 def test_member_names_are_valid_and_unique(profile: str) -> None:
     names = recipes.profile(profile).member_names()
@@ -121,6 +185,16 @@ def test_manifest_describes_the_version(folder: Path, manifest: Manifest, root: 
     assert manifest.holdout_rows == recipes.profile(PROFILE).test_rows
     for member in manifest.members:
         assert {"windows", "sampling", "segment", "rows"} <= member.training.keys()
+
+
+def test_members_record_their_predict_cost(root: Path) -> None:
+    """Median ms of one 10-row score call; measured, never asserted against a threshold."""
+    for game in GAMES:
+        for version in recipes.VERSIONS:
+            manifest = load_manifest(version_dir(game, version, PROFILE, root))
+            for member in manifest.members:
+                cost = member.training["predict_ms_10_rows"]
+                assert isinstance(cost, float) and cost > 0, (game, version, member.name)
 
 
 def test_members_see_their_own_windows(root: Path) -> None:
