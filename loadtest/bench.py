@@ -38,7 +38,11 @@ RESULTS = PROJECT_ROOT / "loadtest" / "results"
 P95_TARGET_MS = 150.0
 TABLE = "player-features-bench"
 POPULATION_SEED = 20261
-DEFAULT_LEVELS = "10,20,30,40,60,80,100,125,150,200,250,300"
+# Starts low so a system that cannot hold 10 rps still gets a figure.
+DEFAULT_LEVELS = "2,5,10,15,20,30,40,60,80,100,125,150,200,250,300"
+# Users wait exponentially between logins *after* each answer, so achieved load trails the
+# offered load by a factor 1 / (1 + latency x user_rps); p95 is what catches saturation.
+MIN_ACHIEVED_SHARE = 0.8
 
 
 def log(message: str) -> None:
@@ -63,7 +67,7 @@ def step_search(
             result.requests > 0
             and result.failures == 0
             and result.p95_ms <= P95_TARGET_MS
-            and result.rps >= 0.9 * offered
+            and result.rps >= MIN_ACHIEVED_SHARE * offered
         )
         steps.append({"offered_rps": offered, "users": users, "held": held, **_load_fields(result)})
         log(
