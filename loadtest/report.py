@@ -100,6 +100,7 @@ def write_plot(report: dict[str, Any], folder: Path) -> Path:
 
     matplotlib.use("Agg")  # no display on benchmark machines
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(8, 5))
     styles = {"ensemble": "tab:blue", "legacy": "tab:red"}
@@ -115,6 +116,10 @@ def write_plot(report: dict[str, Any], folder: Path) -> Path:
     ax.set_xlabel("offered load (requests/s)")
     ax.set_ylabel("latency (ms)")
     ax.set_yscale("log")
+    # Plain millisecond labels: a log axis otherwise shows only powers of ten.
+    ax.set_yticks([5, 10, 20, 50, 100, 150, 200, 500, 1000, 2000, 5000])
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_title(f"Latency vs offered load, profile {report['profile']}")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
