@@ -68,6 +68,9 @@ def run_locust(
         "--csv", str(out_dir / "locust"),
         "--outcomes-json", str(out_dir / "outcomes.json"),
         "--loglevel", "WARNING",
+        # When the shape lowers the user count, let users finish the login in flight instead
+        # of killing them mid-request (which locust reports as a connection failure).
+        "--stop-timeout", "30",
     ]  # fmt: skip
     if login_day is None:
         assert run_time_s is not None

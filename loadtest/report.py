@@ -56,9 +56,10 @@ def summary_table(report: dict[str, Any]) -> str:
     lines = ["| figure | ensemble | legacy | ensemble / legacy |", "|---|---|---|---|"]
     for label, key, ratio in rows:
         digits = 4 if key in {"error_rate", "fallback_share"} else 1
+        shown_ratio = "" if ratio is None else _fmt(ratio, 2)
         lines.append(
             f"| {label} | {_fmt(systems['ensemble'].get(key), digits)} | "
-            f"{_fmt(systems['legacy'].get(key), digits)} | {_fmt(ratio, 2) if ratio else ''} |"
+            f"{_fmt(systems['legacy'].get(key), digits)} | {shown_ratio} |"
         )
     return "\n".join(lines)
 

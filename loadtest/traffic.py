@@ -185,15 +185,20 @@ class Verdict:
         return self.outcome in (Outcome.PERSONALIZED, Outcome.FALLBACK, Outcome.MALFORMED_REJECTED)
 
 
-def _status(status: int) -> str:
+def _status(status: int, error: str | None = None) -> str:
     # Locust's FastHttp client reports a connection error as status 0.
-    return f"status {status}" if status else "no response"
+    if status:
+        return f"status {status}"
+    return f"no response ({error})" if error else "no response"
 
 
-def judge_offer(status: int, payload: Any) -> Verdict:
-    """A real login must get a 200 with a usable offer; a flagged fallback is a usable offer."""
+def judge_offer(status: int, payload: Any, error: str | None = None) -> Verdict:
+    """A real login must get a 200 with a usable offer; a flagged fallback is a usable offer.
+
+    `error` names the client-side exception when there was no response at all.
+    """
     if status != 200:
-        return Verdict(Outcome.UNEXPECTED, _status(status))
+        return Verdict(Outcome.UNEXPECTED, _status(status, error))
     if not isinstance(payload, dict):
         return Verdict(Outcome.UNEXPECTED, "body is not a JSON object")
     personalized = payload.get("personalized")
