@@ -97,7 +97,9 @@ def _read_stats(path: Path, outcomes: dict) -> LoadResult:
         rows = {row["Name"]: row for row in csv.DictReader(fh)}
     row = rows.get(REAL_REQUESTS)
     if row is None or int(row["Request Count"]) == 0:
-        return LoadResult(0, 0, 0.0, float("nan"), float("nan"), float("nan"), outcomes)
+        # Even a saturated system answers some logins in a run; none at all means the load
+        # generator itself is broken, and its "results" must not reach a report.
+        raise RuntimeError(f"locust recorded no {REAL_REQUESTS!r} requests; see {path.parent}")
     # Failures of any request name count (a malformed request that did not get a 4xx too).
     failures = sum(int(r["Failure Count"]) for name, r in rows.items() if name != "Aggregated")
     return LoadResult(

@@ -158,8 +158,7 @@ class GameServer(FastHttpUser):
         with self.client.post(
             self.offers_path, data=body, headers=JSON_HEADERS, name="offers", catch_response=True
         ) as response:
-            error = type(response.error).__name__ if response.error else None
-            verdict = judge_offer(response.status_code, _json(response), error)
+            verdict = judge_offer(response.status_code, _json(response))
             self._settle(response, verdict)
 
     def _malformed(self, kind: Malformed, body: bytes) -> None:

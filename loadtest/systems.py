@@ -118,7 +118,12 @@ class System:
         args, env = self._command()
         self.process = ManagedProcess(args, env, self.log_path)
         self.process.start()
-        self._wait_ready(ready_timeout_s)
+        try:
+            self._wait_ready(ready_timeout_s)
+        except BaseException:
+            # Includes Ctrl-C/SIGTERM while starting: `with` would not call __exit__ here.
+            self.stop()
+            raise
         return self
 
     def _wait_ready(self, timeout_s: float) -> None:
@@ -134,7 +139,6 @@ class System:
             except requests.RequestException:
                 pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise SystemFailed(f"{self.name} not ready after {timeout_s}s; see {self.log_path}")
             time.sleep(0.5)
 

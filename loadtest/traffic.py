@@ -185,20 +185,15 @@ class Verdict:
         return self.outcome in (Outcome.PERSONALIZED, Outcome.FALLBACK, Outcome.MALFORMED_REJECTED)
 
 
-def _status(status: int, error: str | None = None) -> str:
+def _status(status: int) -> str:
     # Locust's FastHttp client reports a connection error as status 0.
-    if status:
-        return f"status {status}"
-    return f"no response ({error})" if error else "no response"
+    return f"status {status}" if status else "no response"
 
 
-def judge_offer(status: int, payload: Any, error: str | None = None) -> Verdict:
-    """A real login must get a 200 with a usable offer; a flagged fallback is a usable offer.
-
-    `error` names the client-side exception when there was no response at all.
-    """
+def judge_offer(status: int, payload: Any) -> Verdict:
+    """A real login must get a 200 with a usable offer; a flagged fallback is a usable offer."""
     if status != 200:
-        return Verdict(Outcome.UNEXPECTED, _status(status, error))
+        return Verdict(Outcome.UNEXPECTED, _status(status))
     if not isinstance(payload, dict):
         return Verdict(Outcome.UNEXPECTED, "body is not a JSON object")
     personalized = payload.get("personalized")
