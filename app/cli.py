@@ -72,7 +72,13 @@ def run_local(config: Path, apps: list[ConfiguredApp], players: int) -> int:
 
 def _run_serve(config: Path) -> int:
     serve_cli = Path(sys.executable).with_name("serve")
-    child = subprocess.Popen([str(serve_cli), "run", str(config)], cwd=PROJECT_ROOT)
+    child = subprocess.Popen(
+        [str(serve_cli), "run", str(config)],
+        cwd=PROJECT_ROOT,
+        # A shell that starts us in the background leaves SIGINT ignored, and the child would
+        # inherit that; reset it so `serve run` always shuts its Ray down on SIGINT.
+        preexec_fn=_default_sigint,
+    )
 
     # A terminal Ctrl-C reaches `serve run` by itself (same process group); a SIGTERM to us
     # is forwarded as SIGINT so `serve run` shuts its Ray instance down cleanly either way.
@@ -93,7 +99,14 @@ def _run_serve(config: Path) -> int:
                 return child.wait()
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C must always unwind (stopping Serve, then dynalite), even if we were started with
+    # SIGINT ignored (a background job of a non-interactive shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     parser = argparse.ArgumentParser(prog="python -m app.cli", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["prepare", "seed", "run-local"])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
