@@ -107,6 +107,3 @@ class FeatureStore:
         if item is None:
             return None
         return self._schema.decode_item(item, overrides)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)

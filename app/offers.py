@@ -26,9 +26,6 @@ class OfferCatalog:
         self.offer_features = np.array([o.features for o in self.offers], dtype=np.float32)
         self.net_prices = np.array([o.net_price for o in self.offers], dtype=np.float64)
 
-    def __len__(self) -> int:
-        return len(self.offers)
-
     @property
     def row_width(self) -> int:
         return self.player_width + self.offer_features.shape[1]
