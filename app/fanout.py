@@ -69,7 +69,14 @@ class Fanout:
                 logger.warning("member %s failed: %s: %s", member.name, type(exc).__name__, exc)
                 missing[member.name] = type(exc).__name__
                 continue
-            answers.append(MemberScores(member.name, member.weight, task.result()))
+            scores = np.asarray(task.result(), dtype=np.float64)
+            # A member answering with the wrong shape or non-probabilities is as good as
+            # absent: aggregating it would fail the whole request or skew the offer.
+            if scores.shape != (matrix.shape[0],) or not np.all((scores >= 0) & (scores <= 1)):
+                logger.warning("member %s returned unusable scores %s", member.name, scores.shape)
+                missing[member.name] = "bad_output"
+                continue
+            answers.append(MemberScores(member.name, member.weight, scores))
         # Keep manifest order so the aggregate sums in the same order as offline scoring.
         order = {m.name: i for i, m in enumerate(self.members)}
         answers.sort(key=lambda a: order[a.name])

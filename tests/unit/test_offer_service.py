@@ -132,3 +132,34 @@ def test_warm_up_routes_a_default_matrix_through_every_member():
     assert [a.name for a in result.answers] == ["m0", "m1"]
     # schema defaults: level 1, spend 0, platform android (0)
     np.testing.assert_array_equal(members[0].calls[0][:, :3], [[1, 0, 0]] * 3)
+
+
+@pytest.mark.parametrize(
+    "bad_scores", [[0.5, 0.5], [0.5, float("nan"), 0.5], [0.5, 1.5, 0.5], [[0.5, 0.5, 0.5]]]
+)
+def test_member_with_unusable_scores_is_left_out(bad_scores):
+    members = [
+        FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])),
+        FakeMember("m1", 0.5, constant(bad_scores)),
+    ]
+    response = run(make_service(members).recommend(request()))
+    assert response.personalized is True
+    assert response.answered_members == ["m0"]
+    assert response.propensity == pytest.approx(0.3)
+
+
+def test_cancelled_request_cancels_member_work():
+    slow = [FakeMember(f"m{i}", 0.5, constant([0.1] * 3), delay_s=5.0) for i in range(2)]
+    service = make_service(slow, budget_ms=10_000)
+
+    async def disconnect_midway():
+        task = asyncio.ensure_future(service.recommend(request()))
+        await asyncio.sleep(0.05)
+        task.cancel()  # what Serve does when the HTTP client goes away
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0)  # let the member tasks run their cancellation
+        # Checked here, inside the loop: asyncio.run would cancel leftovers on exit anyway.
+        return [member.cancelled for member in slow]
+
+    assert run(disconnect_midway()) == [True, True]
