@@ -9,10 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
 
 from app.manifest import MANIFEST_FILENAME, load_manifest
-from app.members import BatchingConfig, MemberDeployment
+from app.member_groups import MemberLayout, plan_groups
+from app.members import BatchingConfig, MemberGroupDeployment
 from app.schemas import GAME_PATTERN
 from app.settings import get_settings
-from app.supervisor import Supervisor, SupervisorConfig
+from app.supervisor import CoalescingConfig, Supervisor, SupervisorConfig
 
 
 class AutoscalingArgs(BaseModel):
@@ -56,7 +57,9 @@ class EnsembleAppArgs(BaseModel):
         )
     )
     members: DeploymentArgs = Field(default_factory=DeploymentArgs)
+    layout: MemberLayout = Field(default_factory=MemberLayout)
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
 
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root
@@ -68,7 +71,7 @@ class ArtifactsMissing(FileNotFoundError):
 
 
 def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
-    """Supervisor bound to one member deployment per manifest member."""
+    """Supervisor bound to the member group deployments of `args.layout`."""
     args = EnsembleAppArgs.model_validate(args)
     version_dir = args.version_dir()
     if not (version_dir / MANIFEST_FILENAME).is_file():
@@ -83,15 +86,16 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             f"{version_dir} holds {manifest.game}/{manifest.version}, "
             f"not {args.game}/{args.version}"
         )
-    members = {
-        entry.name: MemberDeployment.options(
-            name=f"member-{entry.name}",
+    groups = plan_groups(manifest.members, args.layout)
+    deployments = {
+        group.deployment: MemberGroupDeployment.options(
+            name=group.deployment,
             ray_actor_options={"num_cpus": args.members.num_cpus},
             max_ongoing_requests=args.members.max_ongoing_requests,
             autoscaling_config=args.members.autoscaling.to_serve(),
             user_config=args.batching.model_dump(),
-        ).bind(entry, str(version_dir))
-        for entry in manifest.members
+        ).bind(list(group.members), str(version_dir))
+        for group in groups
     }
     supervisor = Supervisor.options(
         name="supervisor",
@@ -100,6 +104,9 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         autoscaling_config=args.supervisor.autoscaling.to_serve(),
     )
     config = SupervisorConfig(
-        version_dir=str(version_dir), request_budget_ms=args.request_budget_ms
+        version_dir=str(version_dir),
+        request_budget_ms=args.request_budget_ms,
+        groups={g.deployment: [e.name for e in g.members] for g in groups},
+        coalescing=args.coalescing,
     )
-    return supervisor.bind(config, members)
+    return supervisor.bind(config, deployments)

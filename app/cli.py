@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -20,7 +21,7 @@ import time
 from pathlib import Path
 
 from app.local_dynamo import PROJECT_ROOT, Dynalite, local_client
-from app.serve_config import ConfiguredApp, configured_apps, local_endpoint
+from app.serve_config import SERVE_PROCESS_ENV, ConfiguredApp, configured_apps, local_endpoint
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 LOCAL_STATE = PROJECT_ROOT / ".local"
@@ -75,6 +76,8 @@ def _run_serve(config: Path) -> int:
     child = subprocess.Popen(
         [str(serve_cli), "run", str(config)],
         cwd=PROJECT_ROOT,
+        # Serve's process-level performance settings; the caller's environment wins.
+        env={**SERVE_PROCESS_ENV, **os.environ},
         # A shell that starts us in the background leaves SIGINT ignored, and the child would
         # inherit that; reset it so `serve run` always shuts its Ray down on SIGINT.
         preexec_fn=_default_sigint,

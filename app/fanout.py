@@ -1,4 +1,9 @@
-"""Parallel fan-out of one candidate matrix to every member, bounded by a time budget."""
+"""Parallel fan-out of one candidate matrix to every member group, bounded by time budgets.
+
+A member group is whatever answers for several members with one call: a Serve deployment
+hosting one member (the production layout) or several (small clusters), or in-process models.
+Fan-out width is the number of groups.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +21,21 @@ from app.aggregation import MemberScores
 logger = logging.getLogger(__name__)
 
 
-class MemberClient(Protocol):
-    """Anything that scores a candidate matrix for one member: a Serve handle or, in tests
-    and the legacy baseline, an in-process model."""
-
+@dataclass(frozen=True)
+class MemberRef:
     name: str
     weight: float
 
-    async def score(self, matrix: np.ndarray) -> np.ndarray: ...
+
+class MemberGroupClient(Protocol):
+    """Scores a candidate matrix for each of its members in one call."""
+
+    name: str
+    members: tuple[MemberRef, ...]
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Shape (len(members), matrix rows): one row of propensities per member."""
+        ...
 
 
 class EnsembleScorer(Protocol):
@@ -35,49 +47,120 @@ class EnsembleScorer(Protocol):
 @dataclass(frozen=True)
 class FanoutResult:
     answers: list[MemberScores]
-    # member name -> why it is missing from `answers` ("timeout" or the error type)
+    # member name -> why it is missing from `answers` ("timeout", "bad_output" or error type)
     missing: dict[str, str] = field(default_factory=dict)
     elapsed_ms: float = 0.0
 
 
-class Fanout:
-    """Sends one matrix to all members at once and keeps whatever answered within budget."""
+class FanoutRound:
+    """One matrix in flight to every group. Several callers may each read their own rows of
+    it with their own deadline; the round's unfinished work is cancelled when they are done."""
 
-    def __init__(self, members: Sequence[MemberClient]) -> None:
-        if not members:
-            raise ValueError("an ensemble needs at least one member")
-        self.members = tuple(members)
+    def __init__(self, groups: Sequence[MemberGroupClient], matrix: np.ndarray) -> None:
+        self.started = time.perf_counter()
+        self.rows = matrix.shape[0]
+        self._groups = groups
+        self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
+        # Validated answers per finished group, computed once however many callers read them.
+        self._outcomes: dict[str, _Outcome] = {}
+        self._finished = asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until every group answered or `timeout_s` passed; never cancels the groups."""
+        pending = [t for t in self._tasks if not t.done()]
+        if pending and timeout_s > 0:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+    async def finished(self) -> None:
+        """Until every group answered, failed or was cancelled."""
+        await asyncio.shield(self._finished)
+
+    def cancel(self) -> None:
+        """Stop work nobody waits for any more (budget spent or every caller gone)."""
+        for task in self._tasks:
+            task.cancel()
+
+    def result(self, rows: slice | None = None) -> FanoutResult:
+        """What has answered so far, restricted to `rows` of the round's matrix."""
+        rows = rows or slice(0, self.rows)
+        answers: list[MemberScores] = []
+        missing: dict[str, str] = {}
+        for task, group in self._tasks.items():
+            outcome = self._outcome(task, group) if task.done() else "timeout"
+            for i, member in enumerate(group.members):
+                if isinstance(outcome, str):
+                    missing[member.name] = outcome
+                elif i in outcome.bad:
+                    missing[member.name] = "bad_output"
+                else:
+                    scores = outcome.scores[i, rows]
+                    answers.append(MemberScores(member.name, member.weight, scores))
+        return FanoutResult(answers, missing, (time.perf_counter() - self.started) * 1000.0)
+
+    def _outcome(self, task: asyncio.Task, group: MemberGroupClient) -> _Outcome:
+        if group.name in self._outcomes:
+            return self._outcomes[group.name]
+        outcome: _Outcome
+        if task.cancelled():
+            outcome = "timeout"
+        elif (exc := task.exception()) is not None:
+            logger.warning("member group %s failed: %s: %s", group.name, type(exc).__name__, exc)
+            outcome = type(exc).__name__
+        else:
+            outcome = self._validated(group, task.result())
+        self._outcomes[group.name] = outcome
+        return outcome
+
+    def _validated(self, group: MemberGroupClient, raw: object) -> _Outcome:
+        # A member answering with the wrong shape or non-probabilities is as good as absent:
+        # aggregating it would fail the whole request or skew the offer. Only the bad member
+        # is left out; its group mates still count.
+        scores = np.asarray(raw, dtype=np.float64)
+        if scores.shape != (len(group.members), self.rows):
+            logger.warning("member group %s returned shape %s", group.name, scores.shape)
+            return "bad_output"
+        bad = np.flatnonzero(~np.all((scores >= 0) & (scores <= 1), axis=1))
+        if bad.size:
+            logger.warning("member group %s returned non-probabilities", group.name)
+        return _Scores(scores, frozenset(bad.tolist()))
+
+
+@dataclass(frozen=True)
+class _Scores:
+    scores: np.ndarray
+    bad: frozenset[int]
+
+
+# A group's validated answer, or why it has none ("timeout", "bad_output", error type).
+_Outcome = _Scores | str
+
+
+class Fanout:
+    """Sends one matrix to all member groups at once and keeps whatever answered in time."""
+
+    def __init__(self, groups: Sequence[MemberGroupClient]) -> None:
+        if not groups:
+            raise ValueError("an ensemble needs at least one member group")
+        names = [m.name for g in groups for m in g.members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a member belongs to two groups: {names}")
+        self.groups = tuple(groups)
+        # Manifest order, so the aggregate sums in the same order as offline scoring.
+        self.member_order = {name: i for i, name in enumerate(names)}
+
+    def launch(self, matrix: np.ndarray) -> FanoutRound:
+        return FanoutRound(self.groups, matrix)
+
+    def ordered(self, result: FanoutResult) -> FanoutResult:
+        answers = sorted(result.answers, key=lambda a: self.member_order[a.name])
+        return FanoutResult(answers, result.missing, result.elapsed_ms)
 
     async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
-        started = time.perf_counter()
-        tasks = {asyncio.ensure_future(m.score(matrix)): m for m in self.members}
+        round_ = self.launch(matrix)
         try:
-            done, pending = await asyncio.wait(tasks, timeout=max(budget_s, 0.0))
-        except asyncio.CancelledError:
-            # The caller went away (e.g. client disconnect): stop the members' work too.
-            for task in tasks:
-                task.cancel()
-            raise
-        for task in pending:
-            task.cancel()
-        answers: list[MemberScores] = []
-        missing = {tasks[t].name: "timeout" for t in pending}
-        for task in done:
-            member = tasks[task]
-            if task.exception() is not None:
-                exc = task.exception()
-                logger.warning("member %s failed: %s: %s", member.name, type(exc).__name__, exc)
-                missing[member.name] = type(exc).__name__
-                continue
-            scores = np.asarray(task.result(), dtype=np.float64)
-            # A member answering with the wrong shape or non-probabilities is as good as
-            # absent: aggregating it would fail the whole request or skew the offer.
-            if scores.shape != (matrix.shape[0],) or not np.all((scores >= 0) & (scores <= 1)):
-                logger.warning("member %s returned unusable scores %s", member.name, scores.shape)
-                missing[member.name] = "bad_output"
-                continue
-            answers.append(MemberScores(member.name, member.weight, scores))
-        # Keep manifest order so the aggregate sums in the same order as offline scoring.
-        order = {m.name: i for i, m in enumerate(self.members)}
-        answers.sort(key=lambda a: order[a.name])
-        return FanoutResult(answers, missing, (time.perf_counter() - started) * 1000.0)
+            await round_.wait(budget_s)
+        finally:
+            # Normal end: stragglers are out of budget. CancelledError (e.g. the client
+            # disconnected): nobody wants any of it.
+            round_.cancel()
+        return self.ordered(round_.result())

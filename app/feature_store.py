@@ -1,8 +1,10 @@
-"""Player features from DynamoDB: one GetItem per login, decoded through the version's schema.
+"""Player features from DynamoDB, decoded through the version's schema.
 
-Key design: the partition key `pk` is "<game>#<player_id>", so the hot path is a single
-GetItem and one table serves every game. Offline jobs read it with parallel Scan segments.
-The same code talks to AWS and to the local dynalite server; only the endpoint differs.
+Key design: the partition key `pk` is "<game>#<player_id>", so a login is one key lookup and
+one table serves every game. Concurrent logins share one BatchGetItem, and recently read
+players come from a bounded TTL cache. Offline jobs read the table with parallel Scan
+segments. The same code talks to AWS and to the local dynalite server; only the endpoint
+differs.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ import boto3
 import numpy as np
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from cachetools import TTLCache
 
+from app.coalescing import Coalescer, Pending
 from app.feature_schema import FeatureSchema, FeatureValue
 from app.settings import Settings
 
 PARTITION_KEY = "pk"
+# DynamoDB's limit on keys per BatchGetItem.
+BATCH_GET_MAX_KEYS = 100
+
+Item = Mapping[str, Any]
 
 
 def player_key(game: str, player_id: str) -> str:
@@ -81,8 +89,22 @@ class FeatureStore:
         names = [PARTITION_KEY] + [f.name for f in schema.player_features]
         self._projection = ", ".join(f"#f{i}" for i in range(len(names)))
         self._attribute_names = {f"#f{i}": name for i, name in enumerate(names)}
+        self._cache: TTLCache[str, Item] | None = (
+            TTLCache(settings.feature_cache_max_players, settings.feature_cache_ttl_s)
+            if settings.feature_cache_ttl_s > 0
+            else None
+        )
+        self._batches: Coalescer[str, Item | None] | None = (
+            Coalescer(
+                self._read_batch,
+                max_size=BATCH_GET_MAX_KEYS,
+                max_in_flight=settings.dynamodb_max_batches_in_flight,
+            )
+            if settings.dynamodb_batch_reads
+            else None
+        )
 
-    def _get_item(self, player_id: str) -> Mapping[str, Any] | None:
+    def _get_item(self, player_id: str) -> Item | None:
         try:
             response = self._client.get_item(
                 TableName=self._table,
@@ -94,6 +116,61 @@ class FeatureStore:
             raise FeatureStoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
         return response.get("Item")
 
+    def _batch_get(self, player_ids: list[str]) -> tuple[dict[str, Item], list[str]]:
+        """Items by player id, and the ids DynamoDB left unprocessed (throttling)."""
+        keys = {player_key(self._game, p): p for p in player_ids}
+        try:
+            response = self._client.batch_get_item(
+                RequestItems={
+                    self._table: {
+                        "Keys": [{PARTITION_KEY: {"S": k}} for k in keys],
+                        "ProjectionExpression": self._projection,
+                        "ExpressionAttributeNames": self._attribute_names,
+                    }
+                }
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise FeatureStoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        found = {
+            keys[item[PARTITION_KEY]["S"]]: item
+            for item in response.get("Responses", {}).get(self._table, [])
+            if item.get(PARTITION_KEY, {}).get("S") in keys
+        }
+        unprocessed = response.get("UnprocessedKeys", {}).get(self._table, {}).get("Keys", [])
+        return found, [keys[k[PARTITION_KEY]["S"]] for k in unprocessed]
+
+    async def _read_batch(self, batch: list[Pending[str, Item | None]]) -> None:
+        wanted = list(dict.fromkeys(p.item for p in batch if not p.future.done()))
+        if not wanted:
+            return
+        loop = asyncio.get_running_loop()
+        found, unprocessed = await loop.run_in_executor(self._executor, self._batch_get, wanted)
+        throttled = set(unprocessed)
+        for pending in batch:
+            if pending.future.done():
+                continue
+            if pending.item in throttled:
+                # No retry loop of our own: this login gets the flagged fallback, the next
+                # one reads again.
+                pending.future.set_exception(
+                    FeatureStoreUnavailable("BatchGetItem left the key unprocessed (throttled)")
+                )
+            else:
+                pending.future.set_result(found.get(pending.item))
+
+    async def _item(self, player_id: str) -> Item | None:
+        if self._cache is not None and (item := self._cache.get(player_id)) is not None:
+            return item
+        if self._batches is not None:
+            item = await self._batches.submit(player_id)
+        else:
+            loop = asyncio.get_running_loop()
+            item = await loop.run_in_executor(self._executor, self._get_item, player_id)
+        # Unknown players are not cached: one may register and get features any moment.
+        if item is not None and self._cache is not None:
+            self._cache[player_id] = item
+        return item
+
     async def player_row(
         self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None
     ) -> np.ndarray | None:
@@ -102,8 +179,7 @@ class FeatureStore:
         Raises:
             FeatureStoreUnavailable: DynamoDB failed after botocore's retries.
         """
-        loop = asyncio.get_running_loop()
-        item = await loop.run_in_executor(self._executor, self._get_item, player_id)
+        item = await self._item(player_id)
         if item is None:
             return None
         return self._schema.decode_item(item, overrides)

@@ -127,3 +127,27 @@ class MemberModel:
         stacked = self.score(np.concatenate(matrices, axis=0))
         bounds = np.cumsum([m.shape[0] for m in matrices])[:-1]
         return np.split(stacked, bounds)
+
+
+class MemberGroupModel:
+    """Several members in one process, scored one after another on the same matrix."""
+
+    def __init__(self, models: list[MemberModel]) -> None:
+        if not models:
+            raise ValueError("a member group needs at least one member")
+        self.models = tuple(models)
+
+    def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Shape (members, rows), in the group's member order."""
+        out = np.empty((len(self.models), matrix.shape[0]), dtype=np.float64)
+        for i, model in enumerate(self.models):
+            out[i] = model.score(matrix)
+        return out
+
+    def score_many(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
+        """One predict per member for all matrices together, split back per matrix."""
+        if len(matrices) == 1:
+            return [self.score(matrices[0])]
+        stacked = self.score(np.concatenate(matrices, axis=0))
+        bounds = np.cumsum([m.shape[0] for m in matrices])[:-1]
+        return np.split(stacked, bounds, axis=1)

@@ -1,4 +1,9 @@
-"""Member deployments: one trained model behind a Serve deployment, scoring whole matrices."""
+"""Member deployments: a group of trained models behind one Serve deployment.
+
+The production layout gives every member its own deployment (a group of one), so each scales
+on its own. Small clusters put several members in one deployment: the fan-out is then as
+wide as the number of groups instead of the number of members (see app.member_groups).
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,16 @@ from pydantic import BaseModel, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
+from app.fanout import MemberRef
 from app.manifest import MemberEntry
-from app.member_model import MemberModel
+from app.member_model import MemberGroupModel, MemberModel
 
 
 class BatchingConfig(BaseModel):
-    """How a member coalesces concurrent score calls into one predict (runtime-tunable)."""
+    """How a member group coalesces concurrent score calls into one predict (runtime-tunable)."""
 
     max_batch_rows: int = Field(default=1024, ge=1, description="rows per predict call")
-    batch_wait_timeout_s: float = Field(default=0.002, ge=0, le=1)
+    batch_wait_timeout_s: float = Field(default=0.0, ge=0, le=1)
 
 
 def _rows(matrices: list[np.ndarray]) -> int:
@@ -26,11 +32,11 @@ def _rows(matrices: list[np.ndarray]) -> int:
 
 
 @serve.deployment
-class MemberDeployment:
-    """Thin Serve wrapper around MemberModel; `@serve.batch` shares one predict per batch."""
+class MemberGroupDeployment:
+    """Thin Serve wrapper around MemberGroupModel; `@serve.batch` shares one predict per batch."""
 
-    def __init__(self, entry: MemberEntry, version_dir: str) -> None:
-        self._model = MemberModel.load(entry, Path(version_dir))
+    def __init__(self, entries: list[MemberEntry], version_dir: str) -> None:
+        self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
 
     def reconfigure(self, user_config: dict) -> None:
         batching = BatchingConfig.model_validate(user_config or {})
@@ -39,17 +45,17 @@ class MemberDeployment:
 
     # Batch size is counted in candidate rows, not calls: a predict on 1024 rows costs about
     # as much whether they come from 2 requests or 100.
-    @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.002, batch_size_fn=_rows)
+    @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.0, batch_size_fn=_rows)
     async def score(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
-        return self._model.score_many(matrices)
+        return self._group.score_many(matrices)
 
 
-class HandleMemberClient:
-    """MemberClient over a Serve DeploymentHandle."""
+class HandleGroupClient:
+    """MemberGroupClient over a Serve DeploymentHandle."""
 
-    def __init__(self, handle: DeploymentHandle, entry: MemberEntry) -> None:
-        self.name = entry.name
-        self.weight = entry.weight
+    def __init__(self, name: str, handle: DeploymentHandle, entries: list[MemberEntry]) -> None:
+        self.name = name
+        self.members = tuple(MemberRef(e.name, e.weight) for e in entries)
         self._handle = handle
 
     async def score(self, matrix: np.ndarray) -> np.ndarray:

@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     dynamodb_read_timeout_s: float = Field(default=0.25, gt=0)
     dynamodb_max_attempts: int = Field(default=2, ge=1, le=10)
     dynamodb_max_pool_connections: int = Field(default=32, ge=1)
+    # Logins that arrive while reads are in flight share one BatchGetItem (up to 100 keys)
+    # instead of one GetItem each; at most this many batches run at once.
+    dynamodb_batch_reads: bool = True
+    dynamodb_max_batches_in_flight: int = Field(default=4, ge=1, le=64)
+    # Features change when the offline pipeline rewrites them, not between two logins a few
+    # seconds apart: known players' items are kept this long (0 disables the cache).
+    feature_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+    feature_cache_max_players: int = Field(default=100_000, ge=1)
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
 

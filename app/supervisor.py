@@ -6,24 +6,40 @@ import logging
 from pathlib import Path
 
 from fastapi import FastAPI
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.fanout import Fanout
+from app.coalescing import CoalescingScorer
+from app.fanout import EnsembleScorer, Fanout
 from app.feature_store import FeatureStore
 from app.http_api import build_http_api
 from app.manifest import load_manifest
-from app.members import HandleMemberClient
+from app.members import HandleGroupClient
 from app.offer_service import OfferService
 from app.settings import get_settings
 
 logger = logging.getLogger("ray.serve")
 
 
+class CoalescingConfig(BaseModel):
+    """Cross-request batching at the supervisor: one fan-out per batch of logins."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    # Keep at or below the members' max_batch_rows so one round is one predict per member.
+    max_rows: int = Field(default=512, ge=1)
+    # Rounds in flight at once; logins arriving while all are busy join the next round.
+    max_in_flight: int = Field(default=2, ge=1, le=64)
+
+
 class SupervisorConfig(BaseModel):
     version_dir: str
     request_budget_ms: float = Field(gt=0)
+    # deployment name -> names of the members it hosts (app.member_groups)
+    groups: dict[str, list[str]]
+    coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
 
 
@@ -32,17 +48,31 @@ class SupervisorConfig(BaseModel):
 class Supervisor:
     """Thin Serve wrapper: wires settings, feature store and member handles into OfferService."""
 
-    async def __init__(
-        self, config: SupervisorConfig, members: dict[str, DeploymentHandle]
-    ) -> None:
+    async def __init__(self, config: SupervisorConfig, groups: dict[str, DeploymentHandle]) -> None:
         manifest = load_manifest(Path(config.version_dir))
-        missing = {e.name for e in manifest.members} - members.keys()
-        if missing:
-            raise ValueError(f"no deployment handle for members {sorted(missing)}")
-        clients = [HandleMemberClient(members[e.name], e) for e in manifest.members]
+        entries = {e.name: e for e in manifest.members}
+        hosted = [name for names in config.groups.values() for name in names]
+        if sorted(hosted) != sorted(entries) or groups.keys() != config.groups.keys():
+            raise ValueError(
+                f"member groups {config.groups} do not host the manifest's members "
+                f"{sorted(entries)} exactly once, or lack a handle ({sorted(groups)})"
+            )
+        fanout = Fanout(
+            [
+                HandleGroupClient(name, groups[name], [entries[m] for m in members])
+                for name, members in config.groups.items()
+            ]
+        )
+        scorer: EnsembleScorer = fanout
+        if config.coalescing.enabled:
+            scorer = CoalescingScorer(
+                fanout,
+                max_rows=config.coalescing.max_rows,
+                max_in_flight=config.coalescing.max_in_flight,
+            )
         store = FeatureStore(get_settings(), manifest.feature_schema, manifest.game)
         self._service = OfferService(
-            manifest, store, Fanout(clients), request_budget_ms=config.request_budget_ms
+            manifest, store, scorer, request_budget_ms=config.request_budget_ms
         )
         # Not ready until every member has answered once (or the warm-up budget is spent):
         # members start alongside the supervisor, and a cold handle would eat real budgets.

@@ -33,6 +33,7 @@ from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
 from loadtest.probe import latency_probe
 from loadtest.resources import CpuWindow, ResourceMonitor
 from loadtest.systems import EnsembleSystem, LegacySystem, System, derived_serve_config
+from loadtest.variants import VARIANTS, Variant
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
 P95_TARGET_MS = 150.0
@@ -93,7 +94,14 @@ def _load_fields(result: LoadResult) -> dict[str, Any]:
     }
 
 
-def measure(system: System, target: LoadTarget, args: argparse.Namespace, folder: Path) -> dict:
+def measure(
+    system: System,
+    target: LoadTarget,
+    args: argparse.Namespace,
+    folder: Path,
+    *,
+    login_day: bool = True,
+) -> dict:
     levels = [int(x) for x in args.levels.split(",")]
     log(f"{system.name}: starting (log: {system.log_path})")
     started = time.monotonic()
@@ -107,6 +115,8 @@ def measure(system: System, target: LoadTarget, args: argparse.Namespace, folder
             )
             log(f"{system.name}: c=1 p50 {probe.p50_ms:.1f} ms, p95 {probe.p95_ms:.1f} ms")
             steps = step_search(system, target, levels, args, folder)
+            if not login_day:
+                return _summary(probe, steps, monitor)
             peak_users = max(1, round(args.peak_rps / args.user_rps))
             log(f"{system.name}: login-day stages, peak {args.peak_rps} rps ({peak_users} users)")
             with CpuWindow(monitor) as cpu:
@@ -121,17 +131,9 @@ def measure(system: System, target: LoadTarget, args: argparse.Namespace, folder
                 f"{system.name}: login day p95 {stages.p95_ms:.0f} ms, {stages.rps:.1f} rps, "
                 f"{stages.failures} failures, {cpu.cores:.2f} cores"
             )
-        held = [s for s in steps if s["held"]]
-        best = max(held, key=lambda s: s["rps"]) if held else None
         return {
-            "max_rps_at_p95_150ms": best["rps"] if best else 0.0,
-            "c1_p50_ms": round(probe.p50_ms, 3),
-            "c1_p95_ms": round(probe.p95_ms, 3),
-            "c1_p99_ms": round(probe.p99_ms, 3),
-            "c1_errors": probe.errors,
-            "peak_rss_mb": round(monitor.peak_rss_mb, 1),
+            **_summary(probe, steps, monitor),
             "error_rate": round(stages.error_rate, 6),
-            "error_rate_at_max_rps": best["error_rate"] if best else None,
             "fallback_share": round(stages.fallback_share, 6),
             "stages_p50_ms": stages.p50_ms,
             "stages_p95_ms": stages.p95_ms,
@@ -142,6 +144,22 @@ def measure(system: System, target: LoadTarget, args: argparse.Namespace, folder
             "stages_cpu_cores": round(cpu.cores, 3),
             "steps": steps,
         }
+
+
+def _summary(probe, steps: list[dict[str, Any]], monitor: ResourceMonitor) -> dict[str, Any]:
+    held = [s for s in steps if s["held"]]
+    best = max(held, key=lambda s: s["rps"]) if held else None
+    return {
+        "max_rps_at_p95_150ms": best["rps"] if best else 0.0,
+        "c1_p50_ms": round(probe.p50_ms, 3),
+        "c1_p95_ms": round(probe.p95_ms, 3),
+        "c1_p99_ms": round(probe.p99_ms, 3),
+        "c1_errors": probe.errors,
+        "peak_rss_mb": round(monitor.peak_rss_mb, 1),
+        "error_rate_at_max_rps": best["error_rate"] if best else None,
+        "fallback_share_at_max_rps": best["fallback_share"] if best else None,
+        "steps": steps,
+    }
 
 
 def machine_info() -> dict[str, Any]:
@@ -200,18 +218,22 @@ def run(args: argparse.Namespace) -> Path:
         ensure_table(client, TABLE)
         seed_game(client, TABLE, game, args.players, seed=POPULATION_SEED)
         log(f"dynalite on {dynalite.endpoint_url} (pid {dynalite.pid}), {args.players} players")
+        for name in args.ablation.split(",") if args.ablation else []:
+            variant = VARIANTS[name]
+            system = _ensemble(args, folder, dynalite.endpoint_url, variant)
+            target = LoadTarget(system.port, system.route_prefix, game, args.players)
+            log(f"ablation {name}: {variant.description}")
+            measured = measure(system, target, args, folder, login_day=False)
+            report.setdefault("ablation", {})[name] = {
+                "description": variant.description,
+                **measured,
+            }
+            log(f"{system.name}: stopped")
         for name in args.systems.split(","):
             port = free_port()
             if name == "ensemble":
-                config, prefix = derived_serve_config(
-                    args.config,
-                    profile=args.profile,
-                    port=port,
-                    endpoint_url=dynalite.endpoint_url,
-                    table=TABLE,
-                    out=folder / "serve_config.bench.yaml",
-                )
-                system: System = EnsembleSystem(config, prefix, port, folder / "ensemble.log")
+                system = _ensemble(args, folder, dynalite.endpoint_url, None)
+                prefix, port = system.route_prefix, system.port
             elif name == "legacy":
                 prefix = app.route_prefix
                 system = LegacySystem(
@@ -227,15 +249,48 @@ def run(args: argparse.Namespace) -> Path:
     for name in missing:
         report["systems"][name] = {key: None for key in reports.SUMMARY_KEYS}
     report["ratios"] = reports.ratios(report["systems"])
+    if "ablation" in report:
+        report["ablation_ratios"] = reports.ablation_ratios(report)
     report["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     reports.write_json(report, folder)
     reports.write_markdown(report, folder)
     reports.write_plot(report, folder)
     print()
     print(reports.summary_table(report))
+    if "ablation" in report:
+        print()
+        print(reports.ablation_table(report))
     print()
     log(f"report: {folder / 'report.md'}")
     return folder
+
+
+def _ensemble(
+    args: argparse.Namespace, folder: Path, endpoint_url: str, variant: Variant | None
+) -> EnsembleSystem:
+    """The ensemble as serve_config.yaml ships it (variant None) or as an ablation variant."""
+    label = variant.name if variant else "shipped"
+    port = free_port()
+    config, prefix, ray_env = derived_serve_config(
+        args.config,
+        profile=args.profile,
+        port=port,
+        endpoint_url=endpoint_url,
+        table=TABLE,
+        out=folder / f"serve_config.{label}.yaml",
+        variant=variant,
+    )
+    if variant is not None and variant.direct_ingress:
+        # Serve gives the ingress replica the first free port from this range.
+        port = free_port()
+        ray_env |= {
+            "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+            "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 50),
+        }
+    system = EnsembleSystem(config, prefix, port, folder / f"ensemble-{label}.log", ray_env)
+    if variant is not None:
+        system.name = f"ensemble[{label}]"
+    return system
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -243,6 +298,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--systems", default="ensemble,legacy")
+    parser.add_argument(
+        "--ablation",
+        default="",
+        help=f"comma-separated ensemble variants to measure first (c=1 probe and step search "
+        f"only): {', '.join(VARIANTS)}",
+    )
     parser.add_argument("--players", type=int, default=10_000)
     parser.add_argument("--levels", default=DEFAULT_LEVELS, help="offered RPS steps")
     parser.add_argument("--step-seconds", type=int, default=15)
@@ -251,6 +312,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stage-seconds", type=int, default=15)
     parser.add_argument("--probe-requests", type=int, default=300)
     args = parser.parse_args(argv)
+    unknown = [v for v in args.ablation.split(",") if v and v not in VARIANTS]
+    if unknown:
+        parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
     args.command = shlex.join(["python", "-m", "loadtest.bench", *(argv or sys.argv[1:])])
     return args
 

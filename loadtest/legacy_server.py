@@ -61,7 +61,11 @@ def create_app() -> FastAPI:
     version_dir = legacy.version_dir.resolve()
     manifest = load_manifest(version_dir)
     models = [MemberModel.load(entry, version_dir) for entry in manifest.members]
-    store = FeatureStore(get_settings(), manifest.feature_schema, manifest.game)
+    # The legacy pods read one GetItem per login and cached nothing: the "before" design.
+    settings = get_settings().model_copy(
+        update={"feature_cache_ttl_s": 0.0, "dynamodb_batch_reads": False}
+    )
+    store = FeatureStore(settings, manifest.feature_schema, manifest.game)
     service = OfferService(
         manifest, store, SequentialScorer(models), request_budget_ms=legacy.request_budget_ms
     )

@@ -21,6 +21,36 @@ def ratios(systems: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     return out
 
 
+def ablation_ratios(report: dict[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Each ablation variant against the legacy system of the same run."""
+    legacy = report["systems"]["legacy"]
+    out = {}
+    for name, variant in report["ablation"].items():
+        out[name] = {
+            key: round(variant[key] / legacy[key], 3)
+            if variant.get(key) is not None and legacy.get(key)
+            else None
+            for key in RATIO_KEYS
+        }
+    return out
+
+
+def ablation_table(report: dict[str, Any]) -> str:
+    lines = [
+        "| variant | what changes | max RPS p95 ≤ 150 ms | × legacy | c=1 p50 (ms) | × legacy "
+        "| peak RSS (MB) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, v in report["ablation"].items():
+        r = report["ablation_ratios"][name]
+        lines.append(
+            f"| {name} | {v['description']} | {_fmt(v['max_rps_at_p95_150ms'])} "
+            f"| {_fmt(r['max_rps_at_p95_150ms'], 2)} | {_fmt(v['c1_p50_ms'])} "
+            f"| {_fmt(r['c1_p50_ms'], 2)} | {_fmt(v['peak_rss_mb'], 0)} |"
+        )
+    return "\n".join(lines)
+
+
 def write_json(report: dict[str, Any], folder: Path) -> Path:
     path = folder / "report.json"
     path.write_text(json.dumps(report, indent=2, allow_nan=False, default=_finite))
@@ -90,6 +120,9 @@ def write_markdown(report: dict[str, Any], folder: Path) -> Path:
                 f"| {_fmt(step['p99_ms'], 0)} | {step['failures']} "
                 f"| {'yes' if step['held'] else 'no'} |"
             )
+    if "ablation" in report:
+        lines += ["", "## Ablation (c=1 probe and step search per variant)", ""]
+        lines.append(ablation_table(report))
     lines += ["", "![latency vs offered load](latency.png)", ""]
     path = folder / "report.md"
     path.write_text("\n".join(lines))

@@ -15,6 +15,9 @@ import requests
 import yaml
 
 from app.local_dynamo import LOCAL_CREDENTIALS, PROJECT_ROOT
+from app.serve_config import SERVE_PROCESS_ENV
+from loadtest import variants
+from loadtest.variants import Variant
 
 BIN = Path(sys.executable).parent
 
@@ -202,12 +205,23 @@ class EnsembleSystem(System):
 
     name = "ensemble"
 
-    def __init__(self, config_path: Path, route_prefix: str, port: int, log_path: Path) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        route_prefix: str,
+        port: int,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(port, route_prefix, log_path)
         self.config_path = config_path
+        self.extra_env = extra_env or {}
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
-        return [str(BIN / "serve"), "run", str(self.config_path)], dict(os.environ)
+        return [str(BIN / "serve"), "run", str(self.config_path)], {
+            **os.environ,
+            **self.extra_env,
+        }
 
 
 def derived_serve_config(
@@ -218,10 +232,13 @@ def derived_serve_config(
     endpoint_url: str,
     table: str,
     out: Path,
-) -> tuple[Path, str]:
-    """Write a copy of `base` serving its first application with `profile` on `port`.
+    variant: Variant | None = None,
+) -> tuple[Path, str, dict[str, str]]:
+    """Write a copy of `base` serving its first application with `profile` on `port`,
+    optionally rewritten to an ablation variant.
 
-    Returns the new config's path and the application's route prefix.
+    Returns the new config's path, the application's route prefix and the environment
+    `serve run` must start Ray with.
     """
     document = yaml.safe_load(base.read_text())
     document["http_options"] = {**document.get("http_options", {}), "port": port}
@@ -230,6 +247,7 @@ def derived_serve_config(
     app["args"] = {**app.get("args", {}), "profile": profile}
     env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
     env.update(dynamo_env(endpoint_url, table))
+    ray_env = dict(SERVE_PROCESS_ENV) if variant is None else variants.apply(variant, app)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(document, sort_keys=False))
-    return out, app["route_prefix"]
+    return out, app["route_prefix"], ray_env

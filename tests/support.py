@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 
+from app.fanout import MemberRef
 from app.feature_schema import FeatureSchema, FeatureSpec
 from app.feature_store import FeatureStoreUnavailable
 from app.manifest import Manifest, MemberEntry, Offer
@@ -87,11 +88,13 @@ class FakeFeatureStore:
 
 
 class FakeMember:
-    """A member whose score is a fixed function of the rows, optionally slow or broken."""
+    """A one-member group whose score is a fixed function of the rows, optionally slow or
+    broken (the fn's output gets the group's leading member axis)."""
 
     def __init__(self, name, weight, fn, delay_s: float = 0.0, error: Exception | None = None):
         self.name = name
         self.weight = weight
+        self.members = (MemberRef(name, weight),)
         self._fn = fn
         self._delay_s = delay_s
         self._error = error
@@ -107,4 +110,4 @@ class FakeMember:
             raise
         if self._error is not None:
             raise self._error
-        return self._fn(matrix)
+        return np.asarray(self._fn(matrix), dtype=np.float64)[np.newaxis]

@@ -234,4 +234,3 @@ def test_login_day_shape() -> None:
     # Same shape at another scale.
     assert stage_at(125, LOGIN_DAY, peak_users=400, stage_seconds=20).users == 600
     assert stage_at(0, LOGIN_DAY, peak_users=1, stage_seconds=20).users == 1
-

@@ -7,7 +7,7 @@ from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifie
 from threadpoolctl import threadpool_info
 
 from app.manifest import MemberEntry
-from app.member_model import MemberModel, sha256_of
+from app.member_model import MemberGroupModel, MemberModel, sha256_of
 
 pytestmark = pytest.mark.unit
 
@@ -45,3 +45,19 @@ def test_loading_a_sklearn_member_limits_openmp_to_one_thread(tmp_path):
     openmp = [lib for lib in threadpool_info() if lib["user_api"] == "openmp"]
     assert openmp, "scikit-learn's OpenMP runtime should be loaded"
     assert all(lib["num_threads"] == 1 for lib in openmp)
+
+
+def test_member_group_scores_each_member_on_one_stacked_matrix(tmp_path):
+    from sklearn.linear_model import LogisticRegression
+
+    first, X = saved_member(tmp_path, "forest", ExtraTreesClassifier(n_estimators=5))
+    second, _ = saved_member(tmp_path, "linear", LogisticRegression())
+    models = [MemberModel.load(e, tmp_path) for e in (first, second)]
+    group = MemberGroupModel(models)
+    parts = [X[:3], X[3:4], X[4:9]]
+    split = group.score_many(parts)
+    assert [p.shape for p in split] == [(2, 3), (2, 1), (2, 5)]
+    for part, scores in zip(parts, split, strict=True):
+        np.testing.assert_array_equal(scores[0], models[0].score(part))
+        np.testing.assert_array_equal(scores[1], models[1].score(part))
+    np.testing.assert_array_equal(group.score(X[:2]), np.stack([m.score(X[:2]) for m in models]))

@@ -3,7 +3,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.fanout import Fanout
+from app.fanout import Fanout, MemberRef
 from app.offer_service import OfferService, UnknownGame
 from app.schemas import FallbackReason, OfferRequest
 from tests.support import FakeFeatureStore, FakeMember, small_manifest
@@ -163,3 +163,36 @@ def test_cancelled_request_cancels_member_work():
         return [member.cancelled for member in slow]
 
     assert run(disconnect_midway()) == [True, True]
+
+
+class PairGroup:
+    """Two members behind one call, like a grouped member deployment."""
+
+    def __init__(self, scores):
+        self.name = "member-group-0"
+        self.members = (MemberRef("g0", 0.5), MemberRef("g1", 0.5))
+        self._scores = scores
+
+    async def score(self, matrix):
+        return np.asarray(self._scores, dtype=np.float64)
+
+
+def grouped_service(group):
+    solo = FakeMember("m0", 1.0, constant([0.5, 0.5, 0.5]))
+    manifest = small_manifest(weights=(1.0, 0.5, 0.5))
+    store = FakeFeatureStore(manifest.feature_schema, PLAYERS)
+    return OfferService(manifest, store, Fanout([solo, group]), request_budget_ms=500)
+
+
+def test_grouped_members_count_individually_and_a_bad_one_is_left_out_alone():
+    group = PairGroup([[0.2, 0.2, 0.2], [0.2, 7.0, 0.2]])
+    response = run(grouped_service(group).recommend(request()))
+    assert response.answered_members == ["m0", "g0"]
+    assert response.members_total == 3
+    assert response.propensity == pytest.approx((1.0 * 0.5 + 0.5 * 0.2) / 1.5)
+
+
+def test_group_with_wrong_shape_loses_all_its_members():
+    response = run(grouped_service(PairGroup([[0.2, 0.2, 0.2]])).recommend(request()))
+    assert response.answered_members == ["m0"]
+    assert response.propensity == pytest.approx(0.5)
