@@ -10,7 +10,7 @@ CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench lint
+.PHONY: setup models run test bench reliability lint
 
 setup: $(PY_STAMP) $(NODE_STAMP)
 
@@ -38,6 +38,11 @@ test: setup
 # Ensemble vs legacy, one run on this machine; report in loadtest/results/<timestamp>/.
 bench: setup
 	$(BIN)/python -m loadtest.bench --profile $(PROFILE) $(BENCH_ARGS)
+
+# Faults (killed replica, feature-store outage, slow member) under locust load;
+# loadtest/results/<timestamp>/reliability.json.
+reliability: setup
+	$(BIN)/python -m loadtest.reliability --profile $(PROFILE) $(RELIABILITY_ARGS)
 
 lint: setup
 	$(BIN)/ruff check app models loadtest tests

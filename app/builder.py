@@ -7,10 +7,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray.serve import Application
+from ray.serve.config import BackpressureConfig
 
 from app.manifest import MANIFEST_FILENAME, load_manifest
 from app.member_groups import MemberLayout, plan_groups
-from app.members import BatchingConfig, MemberGroupDeployment
+from app.members import BatchingConfig, FaultInjection, MemberGroupConfig, MemberGroupDeployment
 from app.schemas import GAME_PATTERN
 from app.settings import get_settings
 from app.supervisor import CoalescingConfig, Supervisor, SupervisorConfig
@@ -34,7 +35,19 @@ class DeploymentArgs(BaseModel):
 
     num_cpus: float = Field(default=0.1, gt=0, le=64)
     max_ongoing_requests: int = Field(default=32, ge=1)
+    # Requests waiting at each caller beyond max_ongoing_requests; more are rejected at once
+    # (HTTP 503 with Retry-After for the ingress) instead of queueing into timeouts.
+    max_queued_requests: int = Field(default=64, ge=1)
     autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
+
+    def to_options(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "ray_actor_options": {"num_cpus": self.num_cpus},
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
+            "autoscaling_config": self.autoscaling.to_serve(),
+        }
 
 
 class EnsembleAppArgs(BaseModel):
@@ -49,10 +62,19 @@ class EnsembleAppArgs(BaseModel):
         default=None, description="folder holding <profile>/<game>/<version>; default from settings"
     )
     request_budget_ms: float = Field(default=1000.0, gt=0, le=10_000)
+    quorum: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="share of the ensemble's weight that must answer in time for a "
+        "personalized offer; below it the answer is the fallback (reason `quorum`)",
+    )
+    retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After on 503")
     supervisor: DeploymentArgs = Field(
         default_factory=lambda: DeploymentArgs(
             num_cpus=0.2,
             max_ongoing_requests=256,
+            max_queued_requests=128,
             autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
         )
     )
@@ -60,6 +82,7 @@ class EnsembleAppArgs(BaseModel):
     layout: MemberLayout = Field(default_factory=MemberLayout)
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
+    faults: FaultInjection = Field(default_factory=FaultInjection)
 
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root
@@ -89,24 +112,21 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
     groups = plan_groups(manifest.members, args.layout)
     deployments = {
         group.deployment: MemberGroupDeployment.options(
-            name=group.deployment,
-            ray_actor_options={"num_cpus": args.members.num_cpus},
-            max_ongoing_requests=args.members.max_ongoing_requests,
-            autoscaling_config=args.members.autoscaling.to_serve(),
-            user_config=args.batching.model_dump(),
+            **args.members.to_options(group.deployment),
+            user_config=MemberGroupConfig(batching=args.batching, faults=args.faults).model_dump(),
         ).bind(list(group.members), str(version_dir))
         for group in groups
     }
     supervisor = Supervisor.options(
-        name="supervisor",
-        ray_actor_options={"num_cpus": args.supervisor.num_cpus},
-        max_ongoing_requests=args.supervisor.max_ongoing_requests,
-        autoscaling_config=args.supervisor.autoscaling.to_serve(),
+        **args.supervisor.to_options("supervisor"),
+        # Overload is an explicit, retryable answer: 503 + Retry-After from the proxy.
+        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
     )
     config = SupervisorConfig(
         version_dir=str(version_dir),
         request_budget_ms=args.request_budget_ms,
         groups={g.deployment: [e.name for e in g.members] for g in groups},
         coalescing=args.coalescing,
+        quorum=args.quorum,
     )
     return supervisor.bind(config, deployments)

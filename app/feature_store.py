@@ -10,12 +10,13 @@ differs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 import numpy as np
+import pybreaker
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from cachetools import TTLCache
@@ -29,6 +30,8 @@ PARTITION_KEY = "pk"
 BATCH_GET_MAX_KEYS = 100
 
 Item = Mapping[str, Any]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def player_key(game: str, player_id: str) -> str:
@@ -89,6 +92,14 @@ class FeatureStore:
         names = [PARTITION_KEY] + [f.name for f in schema.player_features]
         self._projection = ", ".join(f"#f{i}" for i in range(len(names)))
         self._attribute_names = {f"#f{i}": name for i, name in enumerate(names)}
+        # Counts consecutive failed DynamoDB calls (errors, throttling, timeouts after
+        # botocore's retries); once open, reads fail fast instead of adding load.
+        self._breaker = pybreaker.CircuitBreaker(
+            fail_max=settings.dynamodb_breaker_fail_max,
+            reset_timeout=settings.dynamodb_breaker_reset_timeout_s,
+            throw_new_error_on_trip=False,
+            name=f"dynamodb:{self._table}",
+        )
         self._cache: TTLCache[str, Item] | None = (
             TTLCache(settings.feature_cache_max_players, settings.feature_cache_ttl_s)
             if settings.feature_cache_ttl_s > 0
@@ -103,6 +114,19 @@ class FeatureStore:
             if settings.dynamodb_batch_reads
             else None
         )
+
+    @property
+    def breaker_state(self) -> str:
+        """ "closed", "open" or "half-open"."""
+        return str(self._breaker.current_state)
+
+    def _guarded(self, read: Callable[[T], R], arg: T) -> R:
+        try:
+            return self._breaker.call(read, arg)
+        except pybreaker.CircuitBreakerError as exc:
+            raise FeatureStoreUnavailable(
+                "circuit open: DynamoDB failed repeatedly, not calling it for now"
+            ) from exc
 
     def _get_item(self, player_id: str) -> Item | None:
         try:
@@ -144,7 +168,9 @@ class FeatureStore:
         if not wanted:
             return
         loop = asyncio.get_running_loop()
-        found, unprocessed = await loop.run_in_executor(self._executor, self._batch_get, wanted)
+        found, unprocessed = await loop.run_in_executor(
+            self._executor, self._guarded, self._batch_get, wanted
+        )
         throttled = set(unprocessed)
         for pending in batch:
             if pending.future.done():
@@ -165,7 +191,9 @@ class FeatureStore:
             item = await self._batches.submit(player_id)
         else:
             loop = asyncio.get_running_loop()
-            item = await loop.run_in_executor(self._executor, self._get_item, player_id)
+            item = await loop.run_in_executor(
+                self._executor, self._guarded, self._get_item, player_id
+            )
         # Unknown players are not cached: one may register and get features any moment.
         if item is not None and self._cache is not None:
             self._cache[player_id] = item

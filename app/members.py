@@ -8,10 +8,11 @@ wide as the number of groups instead of the number of members (see app.member_gr
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
@@ -27,6 +28,27 @@ class BatchingConfig(BaseModel):
     batch_wait_timeout_s: float = Field(default=0.0, ge=0, le=1)
 
 
+class FaultInjection(BaseModel):
+    """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slow_members_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="member name -> delay added before it scores each request. In a group "
+        "the whole group waits for its slowest member.",
+    )
+
+
+class MemberGroupConfig(BaseModel):
+    """A member group deployment's user_config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    faults: FaultInjection = Field(default_factory=FaultInjection)
+
+
 def _rows(matrices: list[np.ndarray]) -> int:
     return sum(m.shape[0] for m in matrices)
 
@@ -36,17 +58,39 @@ class MemberGroupDeployment:
     """Thin Serve wrapper around MemberGroupModel; `@serve.batch` shares one predict per batch."""
 
     def __init__(self, entries: list[MemberEntry], version_dir: str) -> None:
+        self._names = [e.name for e in entries]
         self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
+        self._delay_s = 0.0
+        self._fault_counts: Counter[str] = Counter()
 
     def reconfigure(self, user_config: dict) -> None:
-        batching = BatchingConfig.model_validate(user_config or {})
-        self.score.set_max_batch_size(batching.max_batch_rows)
-        self.score.set_batch_wait_timeout_s(batching.batch_wait_timeout_s)
+        config = MemberGroupConfig.model_validate(user_config or {})
+        self._score_batch.set_max_batch_size(config.batching.max_batch_rows)
+        self._score_batch.set_batch_wait_timeout_s(config.batching.batch_wait_timeout_s)
+        delays = config.faults.slow_members_ms
+        self._delay_s = max((delays.get(n, 0.0) for n in self._names), default=0.0) / 1000.0
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Shape (members, rows) for one candidate matrix."""
+        if self._delay_s > 0:
+            # Injected before batching, per request, so a caller's cancellation (deadline
+            # spent, client gone) visibly cuts it short.
+            self._fault_counts["delayed"] += 1
+            try:
+                await asyncio.sleep(self._delay_s)
+            except asyncio.CancelledError:
+                self._fault_counts["cancelled"] += 1
+                raise
+        return await self._score_batch(matrix)
+
+    def fault_counts(self) -> dict[str, int]:
+        """How often the injected delay ran and was cancelled (for chaos tests)."""
+        return dict(self._fault_counts)
 
     # Batch size is counted in candidate rows, not calls: a predict on 1024 rows costs about
     # as much whether they come from 2 requests or 100.
     @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.0, batch_size_fn=_rows)
-    async def score(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
+    async def _score_batch(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
         return self._group.score_many(matrices)
 
 

@@ -59,12 +59,17 @@ class OfferService:
         scorer: EnsembleScorer,
         *,
         request_budget_ms: float,
+        quorum: float = 0.0,
     ) -> None:
+        if not 0.0 <= quorum <= 1.0:
+            raise ValueError(f"quorum is a share of the ensemble's weight, got {quorum}")
         self.manifest = manifest
         self.catalog = OfferCatalog(manifest)
         self._features = feature_store
         self._scorer = scorer
         self._budget_ms = request_budget_ms
+        self._quorum = quorum
+        self._total_weight = sum(e.weight for e in manifest.members)
 
     @property
     def game(self) -> str:
@@ -84,7 +89,10 @@ class OfferService:
         """
         if request.game != self.game:
             raise UnknownGame(request.game)
-        deadline = Deadline.start(self._budget_ms)
+        budget_ms = self._budget_ms
+        if request.deadline_ms is not None:
+            budget_ms = min(budget_ms, request.deadline_ms)
+        deadline = Deadline.start(budget_ms)
         request_id = request_id or uuid.uuid4().hex
         overrides = {}
         if request.context is not None and request.context.platform is not None:
@@ -106,15 +114,12 @@ class OfferService:
 
         candidates = self.catalog.candidates(row)
         result = await self._scorer.score(candidates, deadline.remaining_s())
-        if not result.answers:
-            logger.warning("no member answered %s: %s", request_id, result.missing)
+        answered_weight = sum(a.weight for a in result.answers)
+        if not result.answers or answered_weight < self._quorum * self._total_weight:
+            reason = FallbackReason.QUORUM if result.answers else FallbackReason.NO_MEMBERS_ANSWERED
+            logger.warning("%s for %s: missing %s", reason.value, request_id, result.missing)
             return self._response(
-                request_id,
-                self.catalog.fallback(),
-                FallbackReason.NO_MEMBERS_ANSWERED,
-                result,
-                deadline,
-                features_ms,
+                request_id, self.catalog.fallback(), reason, result, deadline, features_ms
             )
         decision = self.catalog.decide(weighted_mean(result.answers))
         return self._response(request_id, decision, None, result, deadline, features_ms)
@@ -150,6 +155,7 @@ class OfferService:
             members_answered=len(answered),
             members_total=len(self.manifest.members),
             answered_members=answered,
+            missing_members=dict(fanout.missing) if fanout else {},
             timings=Timings(
                 features_ms=round(features_ms, 3),
                 fanout_ms=round(fanout.elapsed_ms, 3) if fanout else 0.0,

@@ -33,12 +33,21 @@ class OfferRequest(BaseModel):
     player_id: str = Field(pattern=PLAYER_ID_PATTERN)
     game: str = Field(pattern=GAME_PATTERN)
     context: RequestContext | None = None
+    deadline_ms: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="the caller's own time budget for this answer; the service uses the "
+        "tighter of this and its configured budget",
+    )
 
 
 class FallbackReason(StrEnum):
     UNKNOWN_PLAYER = "unknown_player"
     FEATURE_STORE_UNAVAILABLE = "feature_store_unavailable"
     NO_MEMBERS_ANSWERED = "no_members_answered"
+    # Some members answered, but their weights sum to less than the configured quorum.
+    QUORUM = "quorum"
 
 
 class OfferOut(BaseModel):
@@ -68,7 +77,13 @@ class OfferResponse(BaseModel):
     )
     members_answered: int
     members_total: int
-    answered_members: list[str] = Field(description="names of the members aggregated")
+    answered_members: list[str] = Field(
+        description="members that answered in time; aggregated unless this is a fallback"
+    )
+    missing_members: dict[str, str] = Field(
+        default_factory=dict,
+        description="members left out, with why: timeout, bad_output or the error type",
+    )
     timings: Timings
 
 

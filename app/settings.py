@@ -7,10 +7,11 @@ builder args in serve_config.yaml instead.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, HttpUrl
+from pydantic import Field, HttpUrl, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -42,7 +43,24 @@ class Settings(BaseSettings):
     feature_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
     feature_cache_max_players: int = Field(default=100_000, ge=1)
 
+    # A table that keeps failing is not hammered: after this many failed reads in a row the
+    # breaker opens and logins get the flagged fallback at once, until one trial read after
+    # the reset timeout succeeds.
+    dynamodb_breaker_fail_max: int = Field(default=5, ge=1)
+    dynamodb_breaker_reset_timeout_s: float = Field(default=5.0, gt=0)
+
+    # Callers authenticate with the X-API-Key header when this is set: the hex SHA-256 of
+    # the key (never the key itself), e.g. from a Kubernetes secret. Unset: no auth.
+    api_key_sha256: SecretStr | None = None
+
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _hex_digest(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value.get_secret_value()):
+            raise ValueError("api_key_sha256 must be 64 lowercase hex characters")
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -40,6 +40,7 @@ class SupervisorConfig(BaseModel):
     # deployment name -> names of the members it hosts (app.member_groups)
     groups: dict[str, list[str]]
     coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
+    quorum: float = Field(default=0.0, ge=0, le=1)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
 
 
@@ -70,9 +71,15 @@ class Supervisor:
                 max_rows=config.coalescing.max_rows,
                 max_in_flight=config.coalescing.max_in_flight,
             )
-        store = FeatureStore(get_settings(), manifest.feature_schema, manifest.game)
+        settings = get_settings()
+        self._api_key_sha256 = settings.api_key_sha256
+        store = FeatureStore(settings, manifest.feature_schema, manifest.game)
         self._service = OfferService(
-            manifest, store, scorer, request_budget_ms=config.request_budget_ms
+            manifest,
+            store,
+            scorer,
+            request_budget_ms=config.request_budget_ms,
+            quorum=config.quorum,
         )
         # Not ready until every member has answered once (or the warm-up budget is spent):
         # members start alongside the supervisor, and a cold handle would eat real budgets.
@@ -83,4 +90,4 @@ class Supervisor:
             )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_http_api(self._service)
+        return build_http_api(self._service, api_key_sha256=self._api_key_sha256)

@@ -54,6 +54,7 @@ def run_locust(
     run_time_s: int | None = None,
     login_day: tuple[int, int] | None = None,
     timeout_s: float = 900.0,
+    extra_args: list[str] | None = None,
 ) -> LoadResult:
     """One headless locust run. Plain constant load (`users`, `run_time_s`) unless `login_day`
     = (peak_users, stage_seconds) selects the login-day stages."""
@@ -80,6 +81,7 @@ def run_locust(
         peak_users, stage_seconds = login_day
         args += ["--stages", "login-day", "--peak-users", str(peak_users)]
         args += ["--stage-seconds", str(stage_seconds)]
+    args += extra_args or []
     completed = subprocess.run(
         args, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout_s
     )

@@ -28,10 +28,10 @@ keep the stats and the outcome tally (format: `loadtest.traffic.OutcomeTally`).
 Options (defaults): --game (galaxy-raiders), --route-prefix (/galaxy-raiders/2026-11),
 --players (10000, the seeded population), --unknown-share (0.05), --malformed-share (0.02),
 --zipf-exponent (1.1), --user-rps (1.0 mean logins/s per user, Poisson waits),
---stages (none | login-day),
---peak-users (40), --stage-seconds (20), --outcomes-json (unset). Locust's own --help does not
-list them (it is printed before the locustfile is loaded); all but --stages and
---outcomes-json are editable in the web UI form.
+--stages (none | login-day), --peak-users (40), --stage-seconds (20),
+--late-after-ms (0: off), --outcomes-json (unset). Locust's own --help does not list them
+(it is printed before the locustfile is loaded); all but --stages and --outcomes-json are
+editable in the web UI form.
 
 The login day: locust attaches the first LoadTestShape in the locustfile to every run, so
 `LoginDay` is defined here and detached again at init unless `--stages login-day` is given.
@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,12 @@ def add_options(parser: Any, **_: Any) -> None:
         "--stage-seconds", type=float, default=20.0, help="login day: seconds per stage"
     )
     parser.add_argument(
+        "--late-after-ms",
+        type=float,
+        default=0.0,
+        help="count answers slower than this as late (the deadline plus slack; 0: off)",
+    )
+    parser.add_argument(
         "--outcomes-json",
         default=None,
         include_in_web_ui=False,
@@ -155,13 +162,15 @@ class GameServer(FastHttpUser):
             self._malformed(login.malformed, login.body)
 
     def _offer(self, body: bytes) -> None:
+        started = time.perf_counter()
         with self.client.post(
             self.offers_path, data=body, headers=JSON_HEADERS, name="offers", catch_response=True
         ) as response:
             verdict = judge_offer(response.status_code, _json(response))
-            self._settle(response, verdict)
+            self._settle(response, verdict, started)
 
     def _malformed(self, kind: Malformed, body: bytes) -> None:
+        started = time.perf_counter()
         with self.client.post(
             self.offers_path,
             data=body,
@@ -169,10 +178,12 @@ class GameServer(FastHttpUser):
             name="offers [malformed]",
             catch_response=True,
         ) as response:
-            self._settle(response, judge_malformed(kind, response.status_code))
+            self._settle(response, judge_malformed(kind, response.status_code), started)
 
-    @staticmethod
-    def _settle(response: Any, verdict: Any) -> None:
+    def _settle(self, response: Any, verdict: Any, started: float) -> None:
+        late_after_ms = self.environment.parsed_options.late_after_ms or None
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        OUTCOMES.record_response(response.status_code or 0, elapsed_ms, late_after_ms)
         OUTCOMES.record(verdict)
         if verdict.ok:
             response.success()  # also for the expected 4xx of a malformed body

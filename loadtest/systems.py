@@ -46,6 +46,9 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                # Started from a background job, we (and so the child) may ignore SIGINT;
+                # stop() relies on it reaching `serve run`, which then shuts Ray down.
+                preexec_fn=_default_sigint,
             )
 
     @property
@@ -88,6 +91,10 @@ class ManagedProcess:
                 leftover.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def dynamo_env(endpoint_url: str, table: str) -> dict[str, str]:

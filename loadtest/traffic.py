@@ -227,15 +227,30 @@ class OutcomeTally:
     The snapshot (also the --outcomes-json format)::
 
         {"total": 1000, "personalized": 930, "fallback": {"unknown_player": 50},
-         "malformed_rejected": 20, "malformed_accepted": 0, "unexpected": 0, "problems": {}}
+         "malformed_rejected": 20, "malformed_accepted": 0, "unexpected": 0, "problems": {},
+         "responses": {"answered": 1000, "no_answer": 0, "http_5xx": 0, "late": 0,
+                       "max_ms": 212.5}}
 
     `problems` counts the bad outcomes by detail, e.g. {"unexpected: status 503": 3}.
+    `responses` is about delivery, whatever the body: answered (any HTTP status), no_answer
+    (connection error or client timeout), http_5xx, late (slower than --late-after-ms, the
+    deadline plus slack; 0 when unset) and the slowest response.
     """
 
     def __init__(self) -> None:
         self._outcomes: Counter[str] = Counter()
         self._fallback: Counter[str] = Counter()
         self._problems: Counter[str] = Counter()
+        self._responses: Counter[str] = Counter()
+        self._max_ms = 0.0
+
+    def record_response(self, status: int, elapsed_ms: float, late_after_ms: float | None) -> None:
+        self._responses["answered" if status > 0 else "no_answer"] += 1
+        if status >= 500:
+            self._responses["http_5xx"] += 1
+        if status <= 0 or (late_after_ms is not None and elapsed_ms > late_after_ms):
+            self._responses["late"] += 1
+        self._max_ms = max(self._max_ms, elapsed_ms)
 
     def record(self, verdict: Verdict) -> None:
         self._outcomes[verdict.outcome] += 1
@@ -251,6 +266,10 @@ class OutcomeTally:
             "total": sum(self._outcomes.values()),
             **counts,
             "problems": dict(sorted(self._problems.items())),
+            "responses": {
+                **{k: self._responses[k] for k in ("answered", "no_answer", "http_5xx", "late")},
+                "max_ms": round(self._max_ms, 1),
+            },
         }
 
     def merge(self, snapshot: dict[str, Any]) -> None:
@@ -261,6 +280,9 @@ class OutcomeTally:
             self._outcomes[Outcome.FALLBACK] += int(count)
             self._fallback[reason] += int(count)
         self._problems.update({k: int(v) for k, v in snapshot.get("problems", {}).items()})
+        responses = dict(snapshot.get("responses", {}))
+        self._max_ms = max(self._max_ms, float(responses.pop("max_ms", 0.0)))
+        self._responses.update({k: int(v) for k, v in responses.items()})
 
     def drain(self) -> dict[str, Any]:
         """The snapshot, then start from zero (what a worker sends with each report)."""
@@ -272,6 +294,8 @@ class OutcomeTally:
         self._outcomes.clear()
         self._fallback.clear()
         self._problems.clear()
+        self._responses.clear()
+        self._max_ms = 0.0
 
 
 # --- a login day ---------------------------------------------------------------------------

@@ -63,7 +63,13 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "throughput-optimized",
-            "+ RAY_SERVE_THROUGHPUT_OPTIMIZED=1 (= serve_config.yaml as shipped)",
+            "+ RAY_SERVE_THROUGHPUT_OPTIMIZED=1",
+            args={"layout": {"groups": 2}},
+            ray_env={"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},
+        ),
+        Variant(
+            "shipped",
+            "+ Ray workers at normal priority (RAY_worker_niceness=0) = as shipped",
             shipped=True,
         ),
         Variant(

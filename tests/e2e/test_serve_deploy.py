@@ -13,8 +13,10 @@ import requests
 import yaml
 
 from app.local_dynamo import PROJECT_ROOT, Dynalite, free_port, port_is_free
+from app.manifest import load_manifest
+from app.member_groups import plan_groups
 from app.seeding import ensure_table, seed_game
-from app.serve_config import configured_apps, local_endpoint
+from app.serve_config import SERVE_PROCESS_ENV, configured_apps, local_endpoint
 from models.population import player_id
 from tests.conftest import POPULATION_SEED
 
@@ -27,7 +29,8 @@ PLAYERS = 200
 BIN = Path(sys.executable).parent
 # Ray 2.60 turns token auth on for new local clusters (`ray start` writes ~/.ray/auth_token);
 # the serve CLI only sends that token when told the cluster uses token auth.
-CLI_ENV = {**os.environ, "RAY_AUTH_MODE": "token"}
+# As the README deploys: Serve's process settings (SERVE_PROCESS_ENV) set where Ray starts.
+CLI_ENV = {**SERVE_PROCESS_ENV, **os.environ, "RAY_AUTH_MODE": "token"}
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -99,8 +102,9 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
     apps, status = deployed_cluster
     for app in apps:
         deployments = status["applications"][app.name]["deployments"]
-        members = [name for name in deployments if name.startswith("member-")]
-        assert len(members) >= 12
+        manifest = load_manifest(app.args.version_dir())
+        groups = plan_groups(manifest.members, app.args.layout)
+        assert set(deployments) == {"supervisor"} | {g.deployment for g in groups}
         assert all(d["status"] == "HEALTHY" for d in deployments.values())
 
         response = requests.post(
@@ -111,4 +115,4 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["personalized"] is True
-        assert body["members_answered"] == body["members_total"] == len(members)
+        assert body["members_answered"] == body["members_total"] == len(manifest.members) >= 12

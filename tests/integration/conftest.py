@@ -21,8 +21,6 @@ def serve_app(tiny_version_dir, dynalite_server):
     import ray
     from ray import serve
 
-    from app.builder import EnsembleAppArgs, build_app
-
     # Replicas read their settings from the environment they inherit from the raylet, which
     # inherits ours: point them at the test dynalite.
     env = {
@@ -30,6 +28,10 @@ def serve_app(tiny_version_dir, dynalite_server):
         "OFFERS_DYNAMODB_TABLE": TEST_TABLE,
         "AWS_ACCESS_KEY_ID": LOCAL_CREDENTIALS["aws_access_key_id"],
         "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIALS["aws_secret_access_key"],
+        # Every read reaches dynalite (the outage test judges each answer), and a stopped
+        # store is retried 1 s after the breaker opens.
+        "OFFERS_FEATURE_CACHE_TTL_S": "0",
+        "OFFERS_DYNAMODB_BREAKER_RESET_TIMEOUT_S": "1",
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -38,13 +40,7 @@ def serve_app(tiny_version_dir, dynalite_server):
     ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": env})
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        args = EnsembleAppArgs(
-            game=TEST_GAME,
-            version=TEST_VERSION,
-            profile="tiny",
-            artifacts_root=tiny_version_dir.parents[2],
-        )
-        serve.run(build_app(args), name=APP_NAME, route_prefix=ROUTE_PREFIX)
+        deploy(app_args(tiny_version_dir))
         base = f"http://127.0.0.1:{port}{ROUTE_PREFIX}"
         _wait_healthy(base)
         yield base
@@ -56,6 +52,50 @@ def serve_app(tiny_version_dir, dynalite_server):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def app_args(tiny_version_dir, **overrides):
+    """The integration application: tiny ensemble, one deployment (and replica) per member."""
+    from app.builder import EnsembleAppArgs
+
+    one_replica = {"autoscaling": {"min_replicas": 1, "max_replicas": 1}}
+    return EnsembleAppArgs.model_validate(
+        {
+            "game": TEST_GAME,
+            "version": TEST_VERSION,
+            "profile": "tiny",
+            "artifacts_root": tiny_version_dir.parents[2],
+            "members": one_replica,
+            **overrides,
+        }
+    )
+
+
+def deploy(args, name: str = APP_NAME, route_prefix: str = ROUTE_PREFIX) -> None:
+    """serve.run, which updates a running application in place (user_config changes only
+    reconfigure the replicas). Returns once replaced replicas are gone too: serve.run
+    returns when the new ones are healthy, while old ones may still finish requests."""
+    from ray import serve
+
+    from app.builder import build_app
+
+    serve.run(build_app(args), name=name, route_prefix=route_prefix)
+    deadline = time.monotonic() + 60
+    while len(replica_actor_names(name, "supervisor")) > 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"old supervisor replicas of {name} still running")
+        time.sleep(0.2)
+
+
+def replica_actor_names(app_name: str, deployment: str) -> set[str]:
+    """Names of the live replica actors of one deployment (Serve's namespace)."""
+    import ray
+
+    return {
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == "serve" and f"{app_name}#{deployment}#" in a["name"]
+    }
 
 
 def _wait_healthy(base: str, timeout_s: float = 60.0) -> None:

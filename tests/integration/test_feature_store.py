@@ -47,7 +47,9 @@ class CountingClient:
 
 
 def settings(**overrides) -> Settings:
-    return Settings(dynamodb_table=TEST_TABLE, **overrides)
+    # Explicit, so the environment the Serve fixture exports does not leak in.
+    defaults = {"feature_cache_ttl_s": 30.0, "dynamodb_batch_reads": True}
+    return Settings(dynamodb_table=TEST_TABLE, **{**defaults, **overrides})
 
 
 def store_for(tiny_version_dir, client, **overrides) -> FeatureStore:

@@ -198,9 +198,7 @@ def test_stragglers_are_cancelled_once_every_reader_gave_up():
 
     async def main():
         scorer = CoalescingScorer(Fanout([slow]), max_rows=100, max_in_flight=1)
-        results = await asyncio.gather(
-            scorer.score(rows(0.1), 0.05), scorer.score(rows(0.2), 0.1)
-        )
+        results = await asyncio.gather(scorer.score(rows(0.1), 0.05), scorer.score(rows(0.2), 0.1))
         await asyncio.sleep(0)
         return results, scorer
 

@@ -1,8 +1,11 @@
 """The FastAPI surface without Ray: status codes, validation messages, OpenAPI."""
 
+import hashlib
+
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from app.fanout import Fanout
 from app.http_api import build_http_api
@@ -87,3 +90,66 @@ def test_openapi_documents_the_offer_endpoint(client):
     assert {"offer", "propensity", "personalized", "fallback_reason", "timings"} <= set(
         response_schema["properties"]
     )
+
+
+def test_oversized_body_gets_413(client):
+    body = b'{"player_id": "p1", "game": "test-game", "pad": "' + b"x" * 20_000 + b'"}'
+    response = client.post("/v1/offers", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_wrong_types_get_a_readable_422(client):
+    response = client.post("/v1/offers", json={"player_id": 42, "game": "test-game"})
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["body", "player_id"]
+    assert "string" in error["msg"].lower()
+
+
+def test_deadline_ms_out_of_range_gets_422(client):
+    for deadline in (0, 10_001, "soon"):
+        response = client.post(
+            "/v1/offers", json={"player_id": "p1", "game": "test-game", "deadline_ms": deadline}
+        )
+        assert response.status_code == 422, deadline
+
+
+KEY = "s3cret-game-server-key"
+KEY_SHA256 = hashlib.sha256(KEY.encode()).hexdigest()
+
+
+@pytest.fixture
+def authed():
+    manifest = small_manifest(weights=(1.0,))
+    store = FakeFeatureStore(manifest.feature_schema, {"p1": {"level": 5}})
+    member = FakeMember("m0", 1.0, lambda m: np.full(m.shape[0], 0.1))
+    service = OfferService(manifest, store, Fanout([member]), request_budget_ms=500)
+    api = build_http_api(service, api_key_sha256=SecretStr(KEY_SHA256))
+    with TestClient(api) as test_client:
+        yield test_client
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-API-Key": "wrong"}, {"X-API-Key": KEY_SHA256}])
+def test_offers_without_the_right_key_get_401(authed, headers):
+    body = {"player_id": "p1", "game": "test-game"}
+    response = authed.post("/v1/offers", json=body, headers=headers)
+    assert response.status_code == 401
+    assert response.headers["WWW-Authenticate"] == "ApiKey"
+    assert authed.get("/v1/ensemble", headers=headers).status_code == 401
+
+
+def test_offers_with_the_key_pass_and_health_stays_open(authed):
+    response = authed.post(
+        "/v1/offers", json={"player_id": "p1", "game": "test-game"}, headers={"X-API-Key": KEY}
+    )
+    assert response.status_code == 200
+    assert authed.get("/v1/ensemble", headers={"X-API-Key": KEY}).status_code == 200
+    assert authed.get("/healthz").status_code == 200
+
+
+def test_settings_accept_only_a_hex_digest_as_the_key():
+    from app.settings import Settings
+
+    assert Settings(api_key_sha256=KEY_SHA256).api_key_sha256.get_secret_value() == KEY_SHA256
+    with pytest.raises(ValueError):
+        Settings(api_key_sha256=KEY)  # the key itself, not its digest

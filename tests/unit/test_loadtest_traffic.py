@@ -193,6 +193,10 @@ def test_tally_counts_merges_and_drains() -> None:
         judge_offer(503, None),
     ]:
         tally.record(verdict)
+    tally.record_response(200, 20.0, late_after_ms=1100)
+    tally.record_response(503, 3.0, late_after_ms=1100)
+    tally.record_response(200, 1500.0, late_after_ms=1100)
+    tally.record_response(0, 60_000.0, late_after_ms=None)  # client timeout
     snapshot = tally.snapshot()
     assert snapshot == {
         "total": 6,
@@ -205,6 +209,7 @@ def test_tally_counts_merges_and_drains() -> None:
             "malformed_accepted: wrong-types: status 200": 1,
             "unexpected: status 503": 1,
         },
+        "responses": {"answered": 3, "no_answer": 1, "http_5xx": 1, "late": 2, "max_ms": 60000.0},
     }
     assert json.loads(json.dumps(snapshot)) == snapshot
 
@@ -216,6 +221,9 @@ def test_tally_counts_merges_and_drains() -> None:
     assert merged["total"] == 12
     assert merged["fallback"] == {"unknown_player": 2}
     assert merged["problems"]["unexpected: status 503"] == 2
+    assert merged["responses"] == {
+        "answered": 6, "no_answer": 2, "http_5xx": 2, "late": 4, "max_ms": 60000.0
+    }  # fmt: skip
 
 
 def test_login_day_shape() -> None:

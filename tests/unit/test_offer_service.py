@@ -196,3 +196,55 @@ def test_group_with_wrong_shape_loses_all_its_members():
     response = run(grouped_service(PairGroup([[0.2, 0.2, 0.2]])).recommend(request()))
     assert response.answered_members == ["m0"]
     assert response.propensity == pytest.approx(0.5)
+
+
+def test_caller_deadline_tightens_the_budget():
+    slow = FakeMember("m1", 0.5, constant([0.9, 0.9, 0.9]), delay_s=0.3)
+    members = [FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])), slow]
+    service = make_service(members, budget_ms=2000)
+    response = run(service.recommend(request(deadline_ms=50)))
+    assert response.answered_members == ["m0"]
+    assert response.missing_members == {"m1": "timeout"}
+    assert response.timings.total_ms < 250
+    assert slow.cancelled is True
+
+
+def test_caller_deadline_cannot_extend_the_configured_budget():
+    slow = FakeMember("m1", 0.5, constant([0.9, 0.9, 0.9]), delay_s=0.3)
+    members = [FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])), slow]
+    response = run(make_service(members, budget_ms=50).recommend(request(deadline_ms=5000)))
+    assert response.answered_members == ["m0"]
+
+
+def quorum_service(quorum):
+    members = [
+        FakeMember("m0", 0.5, constant([0.6, 0.2, 0.01]), error=RuntimeError("replica died")),
+        FakeMember("m1", 0.3, constant([0.4, 0.2, 0.05])),
+        FakeMember("m2", 0.2, constant([0.5, 0.3, 0.30])),
+    ]
+    manifest = small_manifest(weights=(0.5, 0.3, 0.2))
+    store = FakeFeatureStore(manifest.feature_schema, PLAYERS)
+    return OfferService(manifest, store, Fanout(members), request_budget_ms=500, quorum=quorum)
+
+
+def test_below_quorum_by_weight_the_answer_is_the_flagged_fallback():
+    response = run(quorum_service(0.6).recommend(request()))  # 0.5 of 1.0 answered
+    assert response.personalized is False
+    assert response.fallback_reason == FallbackReason.QUORUM
+    assert response.offer.offer_id == "mid"  # the manifest's fallback offer
+    assert response.answered_members == ["m1", "m2"]
+    assert response.missing_members == {"m0": "RuntimeError"}
+
+
+def test_at_quorum_the_answer_is_personalized_over_the_members_that_answered():
+    response = run(quorum_service(0.5).recommend(request()))
+    assert response.personalized is True
+    assert response.members_answered == 2
+    # re-normalized over m1 and m2: [0.44, 0.24, 0.14]; "big" has the best expected revenue
+    assert response.offer.offer_id == "big"
+    assert response.propensity == pytest.approx((0.3 * 0.05 + 0.2 * 0.30) / 0.5)
+
+
+def test_quorum_outside_zero_one_is_rejected():
+    with pytest.raises(ValueError):
+        quorum_service(1.5)
