@@ -9,6 +9,7 @@ therefore grows with load by itself, with no timer to tune.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -131,8 +132,11 @@ class CoalescingScorer:
     stragglers are cancelled once no request waits for them any more.
     """
 
-    def __init__(self, fanout: Fanout, *, max_rows: int, max_in_flight: int) -> None:
+    def __init__(
+        self, fanout: Fanout, *, max_rows: int, max_in_flight: int, max_hold_s: float = 0.1
+    ) -> None:
         self._fanout = fanout
+        self._max_hold_s = max_hold_s
         self._coalescer: Coalescer[np.ndarray, _Share] = Coalescer(
             self._run, max_size=max_rows, max_in_flight=max_in_flight
         )
@@ -173,8 +177,11 @@ class CoalescingScorer:
                 self._release(round_)
             else:
                 pending.future.set_result(_Share(round_, rows))
-        # The slot stays taken until every group answered or the round was abandoned.
-        await round_.finished()
+        # The slot stays taken while the groups work, so logins arriving meanwhile batch up
+        # behind it; but at most max_hold_s: a slow or stuck member must not hold every
+        # later login in the queue until its deadline. Its readers keep waiting regardless.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(round_.finished(), self._max_hold_s)
 
     def _abandon(self, queued: asyncio.Future[_Share]) -> None:
         if not queued.done():

@@ -32,6 +32,10 @@ class CoalescingConfig(BaseModel):
     max_rows: int = Field(default=512, ge=1)
     # Rounds in flight at once; logins arriving while all are busy join the next round.
     max_in_flight: int = Field(default=2, ge=1, le=64)
+    # A round stops counting as in flight after this long even if a member has not
+    # answered, so one slow member cannot stall the queue (its callers still wait for it
+    # until their own deadlines).
+    max_hold_ms: float = Field(default=100.0, gt=0, le=10_000)
 
 
 class SupervisorConfig(BaseModel):
@@ -70,6 +74,7 @@ class Supervisor:
                 fanout,
                 max_rows=config.coalescing.max_rows,
                 max_in_flight=config.coalescing.max_in_flight,
+                max_hold_s=config.coalescing.max_hold_ms / 1000.0,
             )
         settings = get_settings()
         self._api_key_sha256 = settings.api_key_sha256

@@ -241,3 +241,25 @@ def test_cancelled_request_cancels_the_round_it_alone_was_waiting_for():
     cancelled, readers = run(main())
     assert cancelled == 1
     assert readers == {}
+
+
+def test_a_stuck_member_does_not_stall_later_requests_in_the_queue():
+    quick = Group("g0", ["a"], [1.0], delay_s=0.0)
+    stuck = Group("g1", ["b"], [1.0], delay_s=10.0)
+
+    async def main():
+        scorer = CoalescingScorer(
+            Fanout([quick, stuck]), max_rows=100, max_in_flight=1, max_hold_s=0.05
+        )
+        first = asyncio.ensure_future(scorer.score(rows(0.1), 1.0))
+        await asyncio.sleep(0.01)
+        # Queued behind a round that will never finish: it must still go out within
+        # max_hold_s and get the quick group's answer long before its 0.5 s budget.
+        later = await scorer.score(rows(0.2), 0.5)
+        first.cancel()
+        return later
+
+    later = run(main())
+    assert [a.name for a in later.answers] == ["a"]
+    assert later.missing == {"b": "timeout"}
+    assert quick.calls == [1, 1]
