@@ -18,15 +18,7 @@ BUILDER_IMPORT_PATH = "app.builder:build_app"
 # RAY_SERVE_THROUGHPUT_OPTIMIZED: Serve's documented fast-path bundle (user code on the
 # replica's event loop, buffered request-path logs, gRPC between proxy and replicas, no
 # per-request logs to stderr). Measured in the README's ablation.
-#
-# RAY_worker_niceness=0: Ray starts its worker processes at nice 15 so they yield to its own
-# daemons. Serve's proxy and replicas are worker processes, i.e. the service itself: on a
-# machine shared with anything else (dynalite, a load generator, a node's other pods) they
-# would be the first to starve. Ray's own job manager sets the same for job drivers.
-SERVE_PROCESS_ENV: dict[str, str] = {
-    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
-    "RAY_worker_niceness": "0",
-}
+SERVE_PROCESS_ENV: dict[str, str] = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
 
 
 @dataclass(frozen=True)

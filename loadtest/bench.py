@@ -57,25 +57,40 @@ def step_search(
     steps = []
     for offered in levels:
         users = max(1, round(offered / args.user_rps))
-        result = run_locust(
-            target,
-            folder / f"{system.name}-step-{offered:04d}",
-            users=users,
-            user_rps=args.user_rps,
-            run_time_s=args.step_seconds,
-        )
-        held = (
-            result.requests > 0
-            and result.failures == 0
-            and result.p95_ms <= P95_TARGET_MS
-            and result.rps >= MIN_ACHIEVED_SHARE * offered
-        )
-        steps.append({"offered_rps": offered, "users": users, "held": held, **_load_fields(result)})
-        log(
-            f"{system.name}: {offered:>4} rps offered -> {result.rps:6.1f} achieved, "
-            f"p50 {result.p50_ms:.0f} / p95 {result.p95_ms:.0f} / p99 {result.p99_ms:.0f} ms, "
-            f"{result.failures} failures: {'held' if held else 'NOT held, stopping'}"
-        )
+        # A level fails only if it fails twice in a row: on a shared 2-core host a 15 s
+        # window's p95 rests on a dozen samples and one stall of the host can sink it. Same
+        # rule for both systems.
+        for attempt in (1, 2):
+            result = run_locust(
+                target,
+                folder / f"{system.name}-step-{offered:04d}-{attempt}",
+                users=users,
+                user_rps=args.user_rps,
+                run_time_s=args.step_seconds,
+            )
+            held = (
+                result.requests > 0
+                and result.failures == 0
+                and result.p95_ms <= P95_TARGET_MS
+                and result.rps >= MIN_ACHIEVED_SHARE * offered
+            )
+            steps.append(
+                {
+                    "offered_rps": offered,
+                    "users": users,
+                    "attempt": attempt,
+                    "held": held,
+                    **_load_fields(result),
+                }
+            )
+            verdict = "held" if held else "NOT held" + (", retrying" if attempt == 1 else "")
+            log(
+                f"{system.name}: {offered:>4} rps offered -> {result.rps:6.1f} achieved, "
+                f"p50 {result.p50_ms:.0f} / p95 {result.p95_ms:.0f} / p99 {result.p99_ms:.0f} "
+                f"ms, {result.failures} failures: {verdict}"
+            )
+            if held:
+                break
         if not held:
             break
     return steps

@@ -139,7 +139,9 @@ def write_plot(report: dict[str, Any], folder: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 5))
     styles = {"ensemble": "tab:blue", "legacy": "tab:red"}
     for name in SYSTEMS:
-        steps = report["systems"][name].get("steps", [])
+        # The last attempt at each level (a failed level is tried twice).
+        attempts = report["systems"][name].get("steps", [])
+        steps = list({s["offered_rps"]: s for s in attempts}.values())
         if not steps:
             continue
         x = [s["offered_rps"] for s in steps]

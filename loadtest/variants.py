@@ -62,14 +62,8 @@ VARIANTS: dict[str, Variant] = {
             args={"layout": {"groups": 2}},
         ),
         Variant(
-            "throughput-optimized",
-            "+ RAY_SERVE_THROUGHPUT_OPTIMIZED=1",
-            args={"layout": {"groups": 2}},
-            ray_env={"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"},
-        ),
-        Variant(
             "shipped",
-            "+ Ray workers at normal priority (RAY_worker_niceness=0) = as shipped",
+            "+ RAY_SERVE_THROUGHPUT_OPTIMIZED=1: serve_config.yaml as shipped",
             shipped=True,
         ),
         Variant(

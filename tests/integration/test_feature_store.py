@@ -140,3 +140,37 @@ def test_unreachable_store_fails_every_login_fast(tiny_version_dir, batch_reads)
     rows = asyncio.run(read_all(store, [player_id(i) for i in range(10)]))
     assert all(isinstance(r, FeatureStoreUnavailable) for r in rows)
     assert time.monotonic() - started < 5.0
+
+
+def test_breaker_stops_calling_a_failing_store_then_retries_after_the_reset_timeout(
+    tiny_version_dir,
+):
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    client = CountingClient(local_client(endpoint, timeout_s=0.25))
+    store = store_for(
+        tiny_version_dir,
+        client,
+        dynamodb_batch_reads=False,
+        feature_cache_ttl_s=0,
+        dynamodb_breaker_fail_max=3,
+        dynamodb_breaker_reset_timeout_s=0.5,
+    )
+
+    async def reads(n):
+        return [await _read_or_error(store, player_id(i)) for i in range(n)]
+
+    first = asyncio.run(reads(6))
+    assert all(isinstance(r, FeatureStoreUnavailable) for r in first)
+    assert len(client.calls) == 3  # the breaker opened after 3 failures
+    assert "circuit open" in str(first[-1])
+    assert store.breaker_state == "open"
+    time.sleep(0.6)
+    asyncio.run(reads(1))  # one trial call after the reset timeout (fails again here)
+    assert len(client.calls) == 4
+
+
+async def _read_or_error(store, pid):
+    try:
+        return await store.player_row(pid)
+    except FeatureStoreUnavailable as exc:
+        return exc

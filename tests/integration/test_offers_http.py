@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import requests
@@ -115,3 +117,20 @@ def test_propensities_match_offline_computation(serve_app, tiny_version_dir, dyn
         assert served["offer"]["offer_id"] == offline.offer.offer_id, pid
         assert abs(served["propensity"] - offline.propensity) <= 1e-6, pid
         assert abs(served["expected_revenue"] - offline.expected_revenue) <= 1e-6, pid
+
+
+def test_unknown_version_gets_404(serve_app):
+    other_version = serve_app.replace(f"/{TEST_VERSION}", "/1999-01")
+    response = post_offer(other_version, {"player_id": player_id(1), "game": TEST_GAME})
+    assert response.status_code == 404
+
+
+def test_oversized_body_gets_413_through_the_proxy(serve_app):
+    body = {"player_id": "p1", "game": TEST_GAME, "pad": "x" * 40_000}
+    response = requests.post(
+        f"{serve_app}/v1/offers",
+        data=json.dumps(body),
+        headers={"Content-Type": "application/json"},
+        timeout=10,
+    )
+    assert response.status_code == 413
