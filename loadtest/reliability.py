@@ -20,7 +20,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -171,6 +170,8 @@ def run(args: argparse.Namespace) -> Path:
                 "member-replica-killed", target, kill_member_replica
             )
 
+            restored = ThreadPoolExecutor(max_workers=1)
+
             def outage() -> None:
                 log("stopping dynalite")
                 dynalite.stop()
@@ -181,12 +182,13 @@ def run(args: argparse.Namespace) -> Path:
                     seed()
                     log("dynalite back (re-seeded)")
 
-                threading.Thread(target=restore, daemon=True).start()
+                restored.submit(restore)
 
-            scenarios["feature-store-outage"] = scenario("feature-store-outage", target, outage)
-            # The restore thread must be done before the next scenario or shutdown.
-            while dynalite.pid is None:
-                time.sleep(0.5)
+            with restored:
+                scenarios["feature-store-outage"] = scenario("feature-store-outage", target, outage)
+            # Leaving the pool waited for the restore; raise here if it failed.
+            if dynalite.pid is None:
+                raise RuntimeError("dynalite did not come back after the outage")
 
         slow = args.slow_member
         log(f"restarting the ensemble with member {slow} delayed 3 s (fault injection)")
