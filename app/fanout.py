@@ -138,15 +138,20 @@ _Outcome = _Scores | str
 class Fanout:
     """Sends one matrix to all member groups at once and keeps whatever answered in time."""
 
-    def __init__(self, groups: Sequence[MemberGroupClient]) -> None:
+    def __init__(
+        self, groups: Sequence[MemberGroupClient], member_order: Sequence[str] | None = None
+    ) -> None:
         if not groups:
             raise ValueError("an ensemble needs at least one member group")
         names = [m.name for g in groups for m in g.members]
         if len(set(names)) != len(names):
             raise ValueError(f"a member belongs to two groups: {names}")
+        if member_order is not None and sorted(member_order) != sorted(names):
+            raise ValueError(f"member order {member_order} does not name the groups' members")
         self.groups = tuple(groups)
-        # Manifest order, so the aggregate sums in the same order as offline scoring.
-        self.member_order = {name: i for i, name in enumerate(names)}
+        # Manifest order (groups may hold any subset), so answers are listed and summed in
+        # the same order as offline scoring.
+        self.member_order = {name: i for i, name in enumerate(member_order or names)}
 
     def launch(self, matrix: np.ndarray) -> FanoutRound:
         return FanoutRound(self.groups, matrix)

@@ -66,7 +66,8 @@ class Supervisor:
             [
                 HandleGroupClient(name, groups[name], [entries[m] for m in members])
                 for name, members in config.groups.items()
-            ]
+            ],
+            member_order=[e.name for e in manifest.members],
         )
         scorer: EnsembleScorer = fanout
         if config.coalescing.enabled:

@@ -248,3 +248,15 @@ def test_at_quorum_the_answer_is_personalized_over_the_members_that_answered():
 def test_quorum_outside_zero_one_is_rejected():
     with pytest.raises(ValueError):
         quorum_service(1.5)
+
+
+def test_answers_are_listed_in_manifest_order_whatever_the_grouping():
+    group = PairGroup([[0.2, 0.2, 0.2], [0.3, 0.3, 0.3]])  # g0, g1
+    solo = FakeMember("m0", 1.0, constant([0.5, 0.5, 0.5]))
+    manifest = small_manifest(weights=(1.0, 0.5, 0.5))
+    store = FakeFeatureStore(manifest.feature_schema, PLAYERS)
+    fanout = Fanout([group, solo], member_order=["m0", "g0", "g1"])
+    service = OfferService(manifest, store, fanout, request_budget_ms=500)
+    assert run(service.recommend(request())).answered_members == ["m0", "g0", "g1"]
+    with pytest.raises(ValueError):
+        Fanout([group, solo], member_order=["m0", "g0"])
