@@ -16,7 +16,6 @@ import argparse
 import os
 import platform
 import shlex
-import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -32,7 +31,13 @@ from loadtest import report as reports
 from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
 from loadtest.probe import latency_probe
 from loadtest.resources import CpuWindow, ResourceMonitor
-from loadtest.systems import EnsembleSystem, LegacySystem, System, derived_serve_config
+from loadtest.systems import (
+    EnsembleSystem,
+    LegacySystem,
+    System,
+    derived_serve_config,
+    run_interruptible,
+)
 from loadtest.variants import VARIANTS, Variant
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
@@ -343,19 +348,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    # SIGTERM (e.g. from a CI runner or `kill`) unwinds like Ctrl-C, so every `with` block
-    # stops the process it started.
-    def interrupt(signum: int, _frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        run(args)
-    except KeyboardInterrupt:
-        log("interrupted; everything started has been stopped")
-        return 130
-    return 0
+    return run_interruptible(lambda: run(args), log)
 
 
 if __name__ == "__main__":

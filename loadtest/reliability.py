@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 import time
@@ -34,7 +35,7 @@ from app.local_dynamo import PROJECT_ROOT, Dynalite, free_port
 from app.seeding import ensure_table, seed_game
 from app.serve_config import configured_apps
 from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
-from loadtest.systems import EnsembleSystem, derived_serve_config
+from loadtest.systems import EnsembleSystem, derived_serve_config, run_interruptible
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
 TABLE = "player-features-reliability"
@@ -240,23 +241,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--slow-member", default="et-boot3", help="member delayed by 3 s")
     args = parser.parse_args(argv)
-    args.command = " ".join(["python -m loadtest.reliability", *(argv or sys.argv[1:])])
+    args.command = shlex.join(["python", "-m", "loadtest.reliability", *(argv or sys.argv[1:])])
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-
-    def interrupt(signum: int, _frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        run(args)
-    except KeyboardInterrupt:
-        log("interrupted; everything started has been stopped")
-        return 130
-    return 0
+    return run_interruptible(lambda: run(args), log)
 
 
 if __name__ == "__main__":

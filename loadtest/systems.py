@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -94,6 +95,22 @@ class ManagedProcess:
                 leftover.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def run_interruptible(run: Callable[[], object], log: Callable[[str], None]) -> int:
+    """Run a benchmark-style job; SIGTERM (a CI runner, `kill`) unwinds like Ctrl-C, so
+    every `with` block stops the process it started. Exit code 130 when interrupted."""
+
+    def interrupt(signum: int, _frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        run()
+    except KeyboardInterrupt:
+        log("interrupted; everything started has been stopped")
+        return 130
+    return 0
 
 
 def _default_sigint() -> None:

@@ -38,7 +38,7 @@ def offer(offer_id: str, price: float, discount: float, prior: float) -> Offer:
     )
 
 
-def member(name: str, weight: float) -> MemberEntry:
+def member(name: str, weight: float, training: dict | None = None) -> MemberEntry:
     return MemberEntry(
         name=name,
         framework="xgboost",
@@ -47,6 +47,7 @@ def member(name: str, weight: float) -> MemberEntry:
         sha256="0" * 64,
         weight=weight,
         auc=0.7,
+        training=training or {},
     )
 
 

@@ -15,13 +15,17 @@ from tests.support import FakeFeatureStore, FakeMember, small_manifest
 pytestmark = pytest.mark.unit
 
 
-@pytest.fixture
-def client():
+def api(**kwargs):
     manifest = small_manifest(weights=(1.0,))
     store = FakeFeatureStore(manifest.feature_schema, {"p1": {"level": 5}})
     member = FakeMember("m0", 1.0, lambda m: np.full(m.shape[0], 0.1))
     service = OfferService(manifest, store, Fanout([member]), request_budget_ms=500)
-    with TestClient(build_http_api(service)) as test_client:
+    return build_http_api(service, **kwargs)
+
+
+@pytest.fixture
+def client():
+    with TestClient(api()) as test_client:
         yield test_client
 
 
@@ -120,12 +124,7 @@ KEY_SHA256 = hashlib.sha256(KEY.encode()).hexdigest()
 
 @pytest.fixture
 def authed():
-    manifest = small_manifest(weights=(1.0,))
-    store = FakeFeatureStore(manifest.feature_schema, {"p1": {"level": 5}})
-    member = FakeMember("m0", 1.0, lambda m: np.full(m.shape[0], 0.1))
-    service = OfferService(manifest, store, Fanout([member]), request_budget_ms=500)
-    api = build_http_api(service, api_key_sha256=SecretStr(KEY_SHA256))
-    with TestClient(api) as test_client:
+    with TestClient(api(api_key_sha256=SecretStr(KEY_SHA256))) as test_client:
         yield test_client
 
 

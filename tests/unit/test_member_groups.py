@@ -6,22 +6,13 @@ import pytest
 
 from app.manifest import MemberEntry
 from app.member_groups import MemberLayout, plan_groups
+from tests.support import member
 
 pytestmark = pytest.mark.unit
 
 
 def entry(name: str, cost: float | None) -> MemberEntry:
-    training = {} if cost is None else {"predict_ms_10_rows": cost}
-    return MemberEntry(
-        name=name,
-        framework="xgboost",
-        estimator="XGBClassifier",
-        artifact=f"{name}.ubj",
-        sha256="0" * 64,
-        weight=1.0,
-        auc=0.8,
-        training=training,
-    )
+    return member(name, 1.0, {} if cost is None else {"predict_ms_10_rows": cost})
 
 
 def test_default_layout_is_one_deployment_per_member():

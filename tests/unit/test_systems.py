@@ -1,6 +1,7 @@
 """Benchmark process control: a system that fails to start leaves nothing running."""
 
 import sys
+import time
 
 import psutil
 import pytest
@@ -40,3 +41,30 @@ def test_interrupt_while_starting_stops_the_process(tmp_path, monkeypatch):
         system.start()
     assert system.process is None
     assert not psutil.pid_exists(started[0]) or psutil.Process(started[0]).status() == "zombie"
+
+
+def test_sigterm_unwinds_a_job_like_ctrl_c():
+    import os
+    import signal
+
+    from loadtest.systems import run_interruptible
+
+    cleaned = []
+    logged = []
+
+    def job():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted before this ends
+        finally:
+            cleaned.append(True)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert run_interruptible(job, logged.append) == 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cleaned == [True]
+    assert logged and "interrupted" in logged[0]
+    assert run_interruptible(lambda: None, logged.append) == 0
+    signal.signal(signal.SIGTERM, previous)
