@@ -17,7 +17,7 @@ setup: $(PY_STAMP) $(NODE_STAMP)
 $(PY_STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
 	@touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -26,13 +26,14 @@ $(NODE_STAMP): package.json package-lock.json
 
 # Train (or find cached) every ensemble version serve_config.yaml serves.
 models: setup
-	$(BIN)/python -m app.cli prepare --config $(CONFIG)
+	$(BIN)/offers prepare --config $(CONFIG)
 
 # dynalite + seed + `serve run serve_config.yaml` in the foreground; Ctrl-C stops it all.
 run: setup
-	$(BIN)/python -m app.cli run-local --config $(CONFIG) --players $(PLAYERS)
+	$(BIN)/offers run-local --config $(CONFIG) --players $(PLAYERS)
 
-test: setup
+# Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Ensemble vs legacy, one run on this machine; report in loadtest/results/<timestamp>/.
@@ -44,5 +45,8 @@ bench: setup
 reliability: setup
 	$(BIN)/python -m loadtest.reliability --profile $(PROFILE) $(RELIABILITY_ARGS)
 
+# ruff everywhere; mypy --strict on the service package; the layer rules (import-linter).
 lint: setup
 	$(BIN)/ruff check app models loadtest tests
+	$(BIN)/mypy
+	$(BIN)/lint-imports

@@ -24,9 +24,10 @@ from typing import Any
 
 import psutil
 
-from app.local_dynamo import PROJECT_ROOT, Dynalite, free_port
-from app.seeding import ensure_table, seed_game
-from app.serve_config import configured_apps
+from app.config.settings import get_settings
+from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import configured_apps
 from loadtest import report as reports
 from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
 from loadtest.probe import latency_probe
@@ -39,11 +40,11 @@ from loadtest.systems import (
     run_interruptible,
 )
 from loadtest.variants import VARIANTS, Variant
+from models.train import ensure_trained
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
 P95_TARGET_MS = 150.0
 TABLE = "player-features-bench"
-POPULATION_SEED = 20261
 # Starts low so a system that cannot hold 10 rps still gets a figure.
 DEFAULT_LEVELS = "2,5,10,15,20,30,40,60,80,100,125,150,200,250,300"
 # Users wait exponentially between logins *after* each answer, so achieved load trails the
@@ -204,8 +205,6 @@ def machine_info() -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> Path:
-    from models.train import ensure_trained
-
     app = configured_apps(args.config)[0]
     game, version = app.args.game, app.args.version
     folder = RESULTS / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -230,13 +229,13 @@ def run(args: argparse.Namespace) -> Path:
     }
     log(f"results in {folder}")
     started = time.perf_counter()
-    version_dir = ensure_trained(game, version, args.profile)
+    version_dir = ensure_trained(game, version, args.profile, root=get_settings().artifacts_root)
     log(f"models ready: {version_dir} ({time.perf_counter() - started:.0f}s)")
 
     with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
         client = dynalite.client(timeout_s=10.0)
         ensure_table(client, TABLE)
-        seed_game(client, TABLE, game, args.players, seed=POPULATION_SEED)
+        seed_game(client, TABLE, game, args.players)
         log(f"dynalite on {dynalite.endpoint_url} (pid {dynalite.pid}), {args.players} players")
         for name in args.ablation.split(",") if args.ablation else []:
             variant = VARIANTS[name]

@@ -23,21 +23,25 @@ from fastapi import FastAPI
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.aggregation import MemberScores
-from app.fanout import FanoutResult
-from app.feature_store import FeatureStore
-from app.http_api import build_http_api
-from app.manifest import load_manifest
-from app.member_model import MemberModel
-from app.offer_service import OfferService
-from app.settings import get_settings
+from app.adapters.dynamodb import FeatureStore
+from app.adapters.member_model import MemberModel
+from app.api.routes import build_http_api
+from app.config.app_args import EnsembleAppArgs
+from app.config.settings import get_settings
+from app.contract.manifest import load_manifest
+from app.core.aggregation import MemberScores
+from app.core.fanout import FanoutResult
+from app.core.offer_service import OfferService
 
 
 class LegacySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OFFERS_LEGACY_", extra="ignore")
 
     version_dir: Path
-    request_budget_ms: float = Field(default=1000.0, gt=0)
+    # The ensemble's own default, so both systems give a login the same budget.
+    request_budget_ms: float = Field(
+        default=EnsembleAppArgs.model_fields["request_budget_ms"].default, gt=0
+    )
 
 
 class SequentialScorer:
@@ -67,7 +71,12 @@ def create_app() -> FastAPI:
     )
     store = FeatureStore(settings, manifest.feature_schema, manifest.game)
     service = OfferService(
-        manifest, store, SequentialScorer(models), request_budget_ms=legacy.request_budget_ms
+        manifest,
+        store,
+        SequentialScorer(models),
+        request_budget_ms=legacy.request_budget_ms,
+        # Every member always answers here (no deadline per member): quorum never binds.
+        quorum=EnsembleAppArgs.model_fields["quorum"].default,
     )
     # Same URL layout as the Serve application, so one locustfile drives both systems.
     root = FastAPI(title="Dynamic Offers (legacy baseline)", docs_url=None, redoc_url=None)

@@ -31,15 +31,16 @@ from typing import Any
 import psutil
 import yaml
 
-from app.local_dynamo import PROJECT_ROOT, Dynalite, free_port
-from app.seeding import ensure_table, seed_game
-from app.serve_config import configured_apps
+from app.config.settings import get_settings
+from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import configured_apps
 from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
 from loadtest.systems import EnsembleSystem, derived_serve_config, run_interruptible
+from models.train import ensure_trained
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
 TABLE = "player-features-reliability"
-POPULATION_SEED = 20261
 SLACK_MS = 500.0
 FAULT_AT_S = 5.0
 OUTAGE_S = 8.0
@@ -118,12 +119,11 @@ class Run:
 
 
 def run(args: argparse.Namespace) -> Path:
-    from models.train import ensure_trained
-
     app = configured_apps(args.config)[0]
     folder = RESULTS / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     folder.mkdir(parents=True)
-    ensure_trained(app.args.game, app.args.version, args.profile)
+    root = get_settings().artifacts_root
+    ensure_trained(app.args.game, app.args.version, args.profile, root=root)
     scenario = Run(args, folder, app.args.request_budget_ms)
     scenarios: dict[str, dict[str, Any]] = {}
 
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> Path:
         def seed() -> None:
             client = dynalite.client(timeout_s=10.0)
             ensure_table(client, TABLE)
-            seed_game(client, TABLE, app.args.game, args.players, seed=POPULATION_SEED)
+            seed_game(client, TABLE, app.args.game, args.players)
 
         seed()
         log(f"dynalite on {dynalite.endpoint_url}, {args.players} players")

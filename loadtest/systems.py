@@ -15,8 +15,9 @@ import psutil
 import requests
 import yaml
 
-from app.local_dynamo import LOCAL_CREDENTIALS, PROJECT_ROOT
-from app.serve_config import SERVE_PROCESS_ENV
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT
+from app.local.processes import default_sigint
 from loadtest import variants
 from loadtest.variants import Variant
 
@@ -52,7 +53,7 @@ class ManagedProcess:
                 start_new_session=True,
                 # Started from a background job, we (and so the child) may ignore SIGINT;
                 # stop() relies on it reaching `serve run`, which then shuts Ray down.
-                preexec_fn=_serving_priority if self.niceness else _default_sigint,
+                preexec_fn=_serving_priority if self.niceness else default_sigint,
             )
 
     @property
@@ -113,10 +114,6 @@ def run_interruptible(run: Callable[[], object], log: Callable[[str], None]) -> 
     return 0
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 # Both systems serve at the niceness Ray gives its worker processes (Serve's proxy and
 # replicas), so on the shared cores the load generator and dynalite come first for either
 # system under test alike, and locust's clock is not delayed by the server it measures.
@@ -124,7 +121,7 @@ SERVING_NICENESS = 15
 
 
 def _serving_priority() -> None:
-    _default_sigint()
+    default_sigint()
     os.nice(SERVING_NICENESS)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.serve_config import SERVE_PROCESS_ENV
+from app.config.ray_env import SERVE_PROCESS_ENV
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ class CatalogOffer:
 
     @property
     def net_price(self) -> float:
-        # Same formula as app.manifest.Offer.net_price, so serving and training agree exactly.
+        # Same formula as app.contract.manifest.Offer.net_price: serving and training agree.
         return self.price * (1.0 - self.discount)
 
     @property

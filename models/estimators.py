@@ -1,7 +1,7 @@
 """Build, fit and save one member's estimator. Artifacts are never pickled.
 
 XGBoost members are saved as a Booster in XGBoost's UBJSON format; scikit-learn members with
-skops, whose loader only rebuilds types it is told to trust (see app.member_model).
+skops, whose loader only rebuilds types it is told to trust (see app.adapters.member_model).
 """
 
 from __future__ import annotations

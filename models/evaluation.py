@@ -1,4 +1,9 @@
-"""Member weights and ensemble scoring, computed exactly the way serving computes them."""
+"""Member weights and ensemble scoring.
+
+The ensemble propensity is the weighted mean of the members' propensities, the rule serving
+applies (app.core.aggregation); a test checks both give the same numbers. Members are read
+back through the contract's artifact loader, the same one serving uses.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,8 @@ from pathlib import Path
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from app.aggregation import MemberScores
-from app.aggregation import weighted_mean as serving_weighted_mean
-from app.manifest import Manifest
-from app.member_model import MemberModel
+from app.contract.artifacts import LoadedArtifact, load_artifact
+from app.contract.manifest import Manifest
 
 # A member no better than chance still gets a sliver of weight rather than a zero, which the
 # manifest does not allow.
@@ -30,19 +33,19 @@ def weights_from_validation_aucs(aucs: Sequence[float]) -> list[float]:
 
 
 def weighted_mean(scores: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
-    """The ensemble propensity, through serving's own aggregation (all members answered)."""
-    answers = [
-        MemberScores(name=str(i), weight=w, scores=s)
-        for i, (s, w) in enumerate(zip(scores, weights, strict=True))
-    ]
-    return serving_weighted_mean(answers)
+    """The ensemble propensity when every member answered: sum(w_i * s_i) / sum(w_i)."""
+    stacked = np.stack([np.asarray(s, dtype=np.float64) for s in scores])
+    w = np.asarray(weights, dtype=np.float64)
+    if stacked.shape[0] != w.shape[0] or w.sum() <= 0:
+        raise ValueError("need one positive weight per member")
+    return np.asarray((w[:, None] * stacked).sum(axis=0) / w.sum())
 
 
-def load_members(manifest: Manifest, folder: Path) -> list[MemberModel]:
-    """Every member of a version, through the same checksum-verifying loader serving uses."""
-    return [MemberModel.load(entry, folder) for entry in manifest.members]
+def load_members(manifest: Manifest, folder: Path) -> list[LoadedArtifact]:
+    """Every member of a version, through the checksum-verifying loader serving uses."""
+    return [load_artifact(entry, folder) for entry in manifest.members]
 
 
 def ensemble_scores(manifest: Manifest, folder: Path, X: np.ndarray) -> np.ndarray:
     members = load_members(manifest, folder)
-    return weighted_mean([m.score(X) for m in members], [e.weight for e in manifest.members])
+    return weighted_mean([m.predict(X) for m in members], [e.weight for e in manifest.members])

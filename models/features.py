@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from app.feature_schema import FeatureSchema, FeatureSpec
+from app.contract.feature_schema import FeatureSchema, FeatureSpec
 from models.catalog import OFFER_FEATURES
 
 SCHEMA_VERSION = "fs-1"

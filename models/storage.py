@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.manifest import MANIFEST_FILENAME, load_manifest
-from app.member_model import ArtifactIntegrityError, verified_artifact
+from app.contract.artifacts import ArtifactIntegrityError, verified_artifact
+from app.contract.manifest import MANIFEST_FILENAME, load_manifest
 
 _STAGING = "staging"
 _RETIRED = "old"

@@ -1,32 +1,19 @@
-"""Train (or reuse) one ensemble version: `ensure_trained(game, version, profile)`.
+"""Train (or reuse) one ensemble version: `ensure_trained(game, version, profile, root=...)`.
 
-CLI: python -m models.train --game G --version V [--profile P] [--root DIR] [--force]
-     python -m models.train --all [--profile P] [--root DIR] [--force]
+The artifacts root is always given by the caller (the `offers train` command and the other
+tools pass OFFERS_ARTIFACTS_ROOT from the service settings); training reads no configuration
+of its own.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
-import statistics
-import time
 from pathlib import Path
 
-import models
-from app.manifest import Manifest, load_manifest
+from app.contract.artifacts import version_dir
+from app.contract.manifest import Manifest
 from models import recipes, storage
-from models.catalog import GAMES, check_game
-
-log = logging.getLogger(__name__)
-
-
-def default_artifacts_root() -> Path:
-    return Path(models.__file__).parent / "artifacts"
-
-
-def version_dir(game: str, version: str, profile: str, root: Path | str | None = None) -> Path:
-    return (Path(root) if root else default_artifacts_root()) / profile / game / version
+from models.catalog import check_game
 
 
 def ensure_trained(
@@ -34,7 +21,7 @@ def ensure_trained(
     version: str,
     profile: str = "standard",
     *,
-    root: Path | str | None = None,
+    root: Path,
     force: bool = False,
 ) -> Path:
     """The folder holding the version's manifest.json, training it first unless a valid one exists.
@@ -44,7 +31,7 @@ def ensure_trained(
     """
     check_game(game)
     config_hash = recipes.training_config_hash(game, version, profile)
-    target = version_dir(game, version, profile, root)
+    target = version_dir(Path(root), profile, game, version)
     if not force and storage.is_current(target, config_hash):
         return target
     with storage.version_lock(target):
@@ -69,53 +56,3 @@ def train_version(
     from models.version_builder import build_version
 
     return build_version(game, version, profile, folder, config_hash)
-
-
-def mean_member_auc(manifest: Manifest) -> float:
-    return statistics.fmean(m.auc for m in manifest.members)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m models.train", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--game", choices=GAMES)
-    parser.add_argument("--version", choices=sorted(recipes.VERSIONS))
-    parser.add_argument("--profile", choices=sorted(recipes.PROFILES), default="standard")
-    parser.add_argument("--all", action="store_true", help="every game and version of the profile")
-    parser.add_argument(
-        "--root", type=Path, default=None, help="artifacts root (default: models/artifacts)"
-    )
-    parser.add_argument(
-        "--force", action="store_true", help="retrain even if a valid version exists"
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log each member")
-    args = parser.parse_args(argv)
-    if not args.all and not (args.game and args.version):
-        parser.error("give --game and --version, or --all")
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s"
-    )
-
-    targets = (
-        [(g, v) for g in GAMES for v in recipes.VERSIONS]
-        if args.all
-        else [(args.game, args.version)]
-    )
-    for game, version in targets:
-        started = time.perf_counter()
-        folder = ensure_trained(game, version, args.profile, root=args.root, force=args.force)
-        elapsed = time.perf_counter() - started
-        manifest = load_manifest(folder)
-        print(
-            f"{game} {version} {args.profile}: ensemble AUC {manifest.ensemble_auc:.4f}, "
-            f"mean member AUC {mean_member_auc(manifest):.4f}, "
-            f"oracle AUC {manifest.oracle_auc:.4f}, {len(manifest.members)} members, "
-            f"{elapsed:.1f}s -> {folder}",
-            flush=True,
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

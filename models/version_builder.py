@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from app.manifest import Manifest, MemberEntry, Offer, write_manifest
-from app.member_model import MemberModel, sha256_of
-from app.offers import OfferCatalog
+from app.contract.artifacts import LoadedArtifact, load_artifact, sha256_of
+from app.contract.manifest import Manifest, MemberEntry, Offer, write_manifest
 from models import recipes
 from models.catalog import CatalogOffer, catalog_offers
 from models.datasets import Holdout, holdout, member_data, training_logs
@@ -23,7 +22,7 @@ from models.population import ImpressionLog
 
 log = logging.getLogger(__name__)
 
-# Predict cost: median wall time of one MemberModel.score call on a 10-row candidate matrix
+# Predict cost: median wall time of one member predict call on a 10-row candidate matrix
 # (one request's candidate set for a 10-offer catalog), over TIMED_CALLS calls after WARMUP_CALLS.
 TIMING_ROWS = 10
 WARMUP_CALLS = 5
@@ -38,9 +37,9 @@ def build_version(
     held_out = holdout(game, spec, prof)
 
     drafts = [_train_member(recipe, game, spec, logs, folder) for recipe in prof.members]
-    # Members are scored through MemberModel.load on the saved artifacts, so the numbers describe
-    # exactly what serving will compute.
-    loaded = [MemberModel.load(entry, folder) for entry in drafts]
+    # Members are scored through the contract's loader on the saved artifacts, so the numbers
+    # describe exactly what serving will compute.
+    loaded = [load_artifact(entry, folder) for entry in drafts]
     members, ensemble_auc = _weigh_and_judge(drafts, loaded, held_out)
     offers = _offers_with_priors(catalog_offers(game), list(logs.values()))
     manifest = Manifest(
@@ -106,12 +105,12 @@ def _train_member(
 
 
 def _weigh_and_judge(
-    drafts: list[MemberEntry], loaded: list[MemberModel], held_out: Holdout
+    drafts: list[MemberEntry], loaded: list[LoadedArtifact], held_out: Holdout
 ) -> tuple[list[MemberEntry], float]:
     """Weights from validation AUCs, then member and ensemble AUCs on the test sample."""
-    val_aucs = [auc(held_out.validation.y, m.score(held_out.validation.X)) for m in loaded]
+    val_aucs = [auc(held_out.validation.y, m.predict(held_out.validation.X)) for m in loaded]
     weights = weights_from_validation_aucs(val_aucs)
-    test_scores = [m.score(held_out.test.X) for m in loaded]
+    test_scores = [m.predict(held_out.test.X) for m in loaded]
     members = [
         MemberEntry.model_validate(
             entry.model_dump()
@@ -153,18 +152,20 @@ def _offers_with_priors(
 
 
 def _with_predict_costs(
-    manifest: Manifest, loaded: list[MemberModel], held_out: Holdout
+    manifest: Manifest, loaded: list[LoadedArtifact], held_out: Holdout
 ) -> Manifest:
     """The manifest with each member's `predict_ms_10_rows` in its training dict.
 
     The matrices are what serving scores for one request: a held-out player's candidate rows
-    from OfferCatalog, TIMING_ROWS rows each (one player's set for a 10-offer catalog). Calls
-    run on this thread with OpenMP and BLAS limited to one thread, as in a serving replica:
-    Ray sets OMP_NUM_THREADS=1 for actors given less than one CPU.
+    (FeatureSchema.candidate_rows), TIMING_ROWS rows each (one player's set for a 10-offer
+    catalog). Calls run on this thread with OpenMP and BLAS limited to one thread, as in a
+    serving replica: Ray sets OMP_NUM_THREADS=1 for actors given less than one CPU.
     """
-    catalog = OfferCatalog(manifest)
+    schema = manifest.feature_schema
+    offer_features = np.array([o.features for o in manifest.offers], dtype=np.float32)
     calls = WARMUP_CALLS + TIMED_CALLS
-    stacked = catalog.candidates(held_out.test.X[: calls * TIMING_ROWS, : catalog.player_width])
+    players = held_out.test.X[: calls * TIMING_ROWS, : schema.player_width]
+    stacked = schema.candidate_rows(players, offer_features)
     matrices = [
         stacked[start : start + TIMING_ROWS]
         for start in range(0, len(stacked) - TIMING_ROWS + 1, TIMING_ROWS)
@@ -179,12 +180,12 @@ def _with_predict_costs(
     return Manifest.model_validate(manifest.model_dump() | {"members": members})
 
 
-def _median_predict_ms(model: MemberModel, matrices: list[np.ndarray]) -> float:
+def _median_predict_ms(model: LoadedArtifact, matrices: list[np.ndarray]) -> float:
     for matrix in matrices[:WARMUP_CALLS]:
-        model.score(matrix)
+        model.predict(matrix)
     seconds = []
     for matrix in matrices[WARMUP_CALLS:]:
         started = time.perf_counter()
-        model.score(matrix)
+        model.predict(matrix)
         seconds.append(time.perf_counter() - started)
     return statistics.median(seconds) * 1000.0

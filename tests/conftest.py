@@ -6,22 +6,21 @@ from pathlib import Path
 
 import pytest
 
-from app.local_dynamo import Dynalite, free_port
-from app.seeding import ensure_table, seed_game
+from app.config.settings import Settings
+from app.local.dynalite import Dynalite, free_port
+from app.local.seeding import ensure_table, seed_game
+from models.train import ensure_trained
 
 TEST_GAME = "galaxy-raiders"
 TEST_VERSION = "2026-11"
 TEST_PLAYERS = 300
 TEST_TABLE = "player-features-test"
-POPULATION_SEED = 20261
 
 
 @pytest.fixture(scope="session")
 def tiny_version_dir() -> Path:
-    """The tiny-profile ensemble (4 members), trained once and cached under models/artifacts."""
-    from models.train import ensure_trained
-
-    return ensure_trained(TEST_GAME, TEST_VERSION, "tiny")
+    """The tiny-profile ensemble (4 members), trained once and cached in the artifacts root."""
+    return ensure_trained(TEST_GAME, TEST_VERSION, "tiny", root=Settings().artifacts_root)
 
 
 @pytest.fixture(scope="session")
@@ -31,5 +30,5 @@ def dynalite_server(tmp_path_factory):
     with Dynalite(free_port(), data_dir=None, log_path=log) as server:
         client = server.client(timeout_s=10.0)
         ensure_table(client, TEST_TABLE)
-        seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS, seed=POPULATION_SEED)
+        seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS)
         yield server

@@ -6,10 +6,10 @@ import asyncio
 
 import numpy as np
 
-from app.fanout import MemberRef
-from app.feature_schema import FeatureSchema, FeatureSpec
-from app.feature_store import FeatureStoreUnavailable
-from app.manifest import Manifest, MemberEntry, Offer
+from app.contract.feature_schema import FeatureSchema, FeatureSpec
+from app.contract.manifest import Manifest, MemberEntry, Offer
+from app.core.fanout import MemberRef
+from app.core.feature_source import FeatureStoreUnavailable
 
 
 def small_schema() -> FeatureSchema:

@@ -12,11 +12,11 @@ import pytest
 import requests
 import yaml
 
-from app.local_dynamo import PROJECT_ROOT, Dynalite, free_port, port_is_free
-from app.manifest import load_manifest
-from app.member_groups import plan_groups
-from app.seeding import ensure_table, seed_game
-from app.serve_config import SERVE_PROCESS_ENV, configured_apps, local_endpoint
+from app.contract.manifest import load_manifest
+from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port, port_is_free
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import SERVE_PROCESS_ENV, configured_apps, local_endpoint
+from app.serving.member_layout import plan_groups
 from models.population import player_id
 from tests.conftest import POPULATION_SEED
 

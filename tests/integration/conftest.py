@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from app.local_dynamo import LOCAL_CREDENTIALS, free_port
+from app.local.dynalite import LOCAL_CREDENTIALS, free_port
 from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
 
 APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
@@ -56,7 +56,7 @@ def serve_app(tiny_version_dir, dynalite_server):
 
 def app_args(tiny_version_dir, **overrides):
     """The integration application: tiny ensemble, one deployment (and replica) per member."""
-    from app.builder import EnsembleAppArgs
+    from app.serving.builder import EnsembleAppArgs
 
     one_replica = {"autoscaling": {"min_replicas": 1, "max_replicas": 1}}
     return EnsembleAppArgs.model_validate(
@@ -77,7 +77,7 @@ def deploy(args, name: str = APP_NAME, route_prefix: str = ROUTE_PREFIX) -> None
     returns when the new ones are healthy, while old ones may still finish requests."""
     from ray import serve
 
-    from app.builder import build_app
+    from app.serving.builder import build_app
 
     serve.run(build_app(args), name=name, route_prefix=route_prefix)
     deadline = time.monotonic() + 60

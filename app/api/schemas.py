@@ -1,0 +1,112 @@
+"""HTTP request and response bodies of the offer API."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.contract.ids import GAME_PATTERN, PLAYER_ID_PATTERN
+from app.core.offer_service import FallbackReason
+
+# A caller's trace id: echoed in the response and in logs, so bounded like every id.
+REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+
+
+class RequestContext(BaseModel):
+    """What the game server knows about this login that the feature store may not."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    platform: Literal["android", "ios"] | None = Field(
+        default=None, description="device of this session; overrides the stored platform"
+    )
+    app_version: str | None = Field(default=None, max_length=32, pattern=r"^[A-Za-z0-9._+-]+$")
+    session_id: str | None = Field(default=None, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+
+
+class OfferRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"player_id": "p0000042", "game": "galaxy-raiders"}]},
+    )
+
+    player_id: str = Field(pattern=PLAYER_ID_PATTERN)
+    game: str = Field(pattern=GAME_PATTERN)
+    context: RequestContext | None = None
+    deadline_ms: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="the caller's own time budget for this answer; the service uses the "
+        "tighter of this and its configured budget",
+    )
+
+
+class OfferOut(BaseModel):
+    offer_id: str
+    item: str
+    price: float = Field(description="list price in USD")
+    discount: float = Field(description="fraction taken off the list price")
+    net_price: float = Field(description="price the player pays, in USD")
+
+
+class Timings(BaseModel):
+    features_ms: float = Field(description="feature-store read")
+    fanout_ms: float = Field(description="parallel member scoring, until the last answer")
+    total_ms: float = Field(description="whole request inside the supervisor")
+
+
+class OfferResponse(BaseModel):
+    request_id: str
+    game: str
+    ensemble_version: str
+    offer: OfferOut
+    propensity: float = Field(ge=0, le=1, description="estimated purchase probability")
+    expected_revenue: float = Field(ge=0, description="propensity x net price, USD")
+    personalized: bool
+    fallback_reason: FallbackReason | None = Field(
+        default=None, description="why the answer is not personalized; null when it is"
+    )
+    members_answered: int
+    members_total: int
+    answered_members: list[str] = Field(
+        description="members that answered in time; aggregated unless this is a fallback"
+    )
+    missing_members: dict[str, str] = Field(
+        default_factory=dict,
+        description="members left out, with why: timeout, bad_output or the error type",
+    )
+    timings: Timings
+
+
+class MemberInfo(BaseModel):
+    name: str
+    framework: str
+    estimator: str
+    weight: float
+    auc: float
+    training: dict[str, str | int | float]
+
+
+class EnsembleInfo(BaseModel):
+    game: str
+    version: str
+    profile: str
+    ensemble_auc: float
+    oracle_auc: float
+    feature_schema_version: str
+    features: list[str]
+    offers: list[OfferOut]
+    fallback_offer_id: str
+    members: list[MemberInfo]
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    game: str
+    version: str
+
+
+class ErrorBody(BaseModel):
+    detail: str

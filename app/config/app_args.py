@@ -1,0 +1,184 @@
+"""The typed `args:` of an ensemble application in serve_config.yaml, and every part of it.
+
+This module is the one source of the service's tunable defaults (budget, quorum, layout,
+coalescing, batching, fault injection, replica sizing). Every model forbids unknown keys, so
+a misspelt key fails the deploy instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.config.settings import get_settings
+from app.contract.artifacts import version_dir
+from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AutoscalingArgs(_Strict):
+    min_replicas: int = Field(default=1, ge=0)
+    max_replicas: int = Field(default=2, ge=1)
+    target_ongoing_requests: float = Field(default=4.0, gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"min_replicas ({self.min_replicas}) exceeds max_replicas ({self.max_replicas})"
+            )
+        return self
+
+
+class DeploymentArgs(_Strict):
+    """Replica sizing of one deployment (Serve's own options, typed)."""
+
+    num_cpus: float = Field(default=0.1, gt=0, le=64)
+    max_ongoing_requests: int = Field(default=32, ge=1)
+    # Requests waiting at each caller beyond max_ongoing_requests; more are rejected at once
+    # (HTTP 503 with Retry-After for the ingress) instead of queueing into timeouts.
+    max_queued_requests: int = Field(default=64, ge=1)
+    autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
+
+    def updated(self, changes: dict[str, Any]) -> DeploymentArgs:
+        """A copy with `changes` (a partial, YAML-shaped dict) applied on top."""
+        return DeploymentArgs.model_validate(_deep_merge(self.model_dump(), changes))
+
+    def to_options(self, name: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "ray_actor_options": {"num_cpus": self.num_cpus},
+            "max_ongoing_requests": self.max_ongoing_requests,
+            "max_queued_requests": self.max_queued_requests,
+            "autoscaling_config": self.autoscaling.model_dump(),
+        }
+
+
+# The supervisor only does I/O and aggregation: light, with many requests per replica.
+SUPERVISOR_DEFAULTS = DeploymentArgs(
+    num_cpus=0.2,
+    max_ongoing_requests=256,
+    max_queued_requests=128,
+    autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
+)
+MEMBER_DEFAULTS = DeploymentArgs()
+
+
+class MemberLayout(_Strict):
+    """Which members share a deployment (see app.serving.member_layout)."""
+
+    groups: int | None = Field(
+        default=None,
+        ge=1,
+        description="None: one deployment per member (production layout). N: N deployments, "
+        "members spread over them by measured predict cost",
+    )
+
+
+class CoalescingConfig(_Strict):
+    """Cross-request batching at the supervisor: one fan-out per batch of logins."""
+
+    enabled: bool = True
+    # At most batching.max_batch_rows, so one round is one predict per member.
+    max_rows: int = Field(default=512, ge=1)
+    # Rounds in flight at once; logins arriving while all are busy join the next round.
+    max_in_flight: int = Field(default=2, ge=1, le=64)
+    # A round stops counting as in flight after this long even if a member has not
+    # answered, so one slow member cannot stall the queue (its callers still wait for it
+    # until their own deadlines).
+    max_hold_ms: float = Field(default=100.0, gt=0, le=10_000)
+
+
+class BatchingConfig(_Strict):
+    """How a member group coalesces concurrent score calls into one predict (runtime-tunable)."""
+
+    max_batch_rows: int = Field(default=1024, ge=1, description="rows per predict call")
+    batch_wait_timeout_s: float = Field(default=0.0, ge=0, le=1)
+
+
+class FaultInjection(_Strict):
+    """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
+
+    slow_members_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="member name -> delay added before it scores each request. In a group "
+        "the whole group waits for its slowest member.",
+    )
+
+
+class MemberGroupConfig(_Strict):
+    """A member group deployment's user_config (applied in reconfigure, no restart)."""
+
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    faults: FaultInjection = Field(default_factory=FaultInjection)
+
+
+class EnsembleAppArgs(_Strict):
+    """Typed `args:` of one application in serve_config.yaml."""
+
+    game: str = Field(pattern=GAME_PATTERN)
+    version: str = Field(pattern=VERSION_PATTERN)
+    profile: str = Field(default="standard", pattern=PROFILE_PATTERN)
+    artifacts_root: Path | None = Field(
+        default=None, description="folder holding <profile>/<game>/<version>; default from settings"
+    )
+    request_budget_ms: float = Field(default=1000.0, gt=0, le=10_000)
+    quorum: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="share of the ensemble's weight that must answer in time for a "
+        "personalized offer; below it the answer is the fallback (reason `quorum`)",
+    )
+    retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After on 503")
+    supervisor: DeploymentArgs = Field(default_factory=lambda: SUPERVISOR_DEFAULTS)
+    members: DeploymentArgs = Field(default_factory=lambda: MEMBER_DEFAULTS)
+    # Per member deployment (`member-<name>` or `member-group-<i>`, after `layout`): changes
+    # on top of `members`. The builder checks every name against the layout.
+    member_deployments: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    layout: MemberLayout = Field(default_factory=MemberLayout)
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
+    faults: FaultInjection = Field(default_factory=FaultInjection)
+
+    @field_validator("supervisor", "members", mode="before")
+    @classmethod
+    def _on_top_of_defaults(cls, value: Any, info: Any) -> Any:
+        # A partial entry (say, only max_ongoing_requests) keeps the role's other defaults
+        # rather than falling back to the generic DeploymentArgs ones.
+        defaults = SUPERVISOR_DEFAULTS if info.field_name == "supervisor" else MEMBER_DEFAULTS
+        return defaults.updated(value) if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.coalescing.enabled and self.coalescing.max_rows > self.batching.max_batch_rows:
+            raise ValueError(
+                f"coalescing.max_rows ({self.coalescing.max_rows}) exceeds "
+                f"batching.max_batch_rows ({self.batching.max_batch_rows}): a coalesced "
+                "fan-out would be larger than any member batch, every member call would fail "
+                "and every login would get a fallback. Lower max_rows or raise max_batch_rows."
+            )
+        for name, changes in self.member_deployments.items():
+            self.members.updated(changes)  # each entry must be valid on its own
+            if not name.startswith("member-"):
+                raise ValueError(f"member_deployments: {name!r} is not a member deployment name")
+        return self
+
+    def version_dir(self) -> Path:
+        root = self.artifacts_root or get_settings().artifacts_root
+        return version_dir(root, self.profile, self.game, self.version).resolve()
+
+
+def _deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

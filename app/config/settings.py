@@ -1,0 +1,70 @@
+"""Process settings: the only place that reads the environment (prefix OFFERS_).
+
+Only infrastructure lives here (where DynamoDB is, how long to wait for it, where artifacts
+are); training, seeding and the replicas all get it from here. What a Serve application
+serves (game, version, members, replicas) is in the typed builder args
+(app.config.app_args) instead.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, HttpUrl, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_artifacts_root() -> Path:
+    # models/artifacts inside the checkout; production images point OFFERS_ARTIFACTS_ROOT at
+    # the folder the artifacts were baked into or synced to. Training writes there too.
+    return Path(__file__).resolve().parents[2] / "models" / "artifacts"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OFFERS_", extra="ignore", frozen=True)
+
+    # None means "the real AWS endpoint for the region" via the standard credential chain.
+    # Local runs point this at dynalite; nothing else differs between local and AWS.
+    dynamodb_endpoint_url: HttpUrl | None = None
+    aws_region: str = "us-east-1"
+    dynamodb_table: str = Field(default="player-features", min_length=3, max_length=255)
+    # botocore owns timeouts and retries; these bound one GetItem to well inside the SLA.
+    dynamodb_connect_timeout_s: float = Field(default=0.25, gt=0)
+    dynamodb_read_timeout_s: float = Field(default=0.25, gt=0)
+    dynamodb_max_attempts: int = Field(default=2, ge=1, le=10)
+    dynamodb_max_pool_connections: int = Field(default=32, ge=1)
+    # Logins that arrive while reads are in flight share one BatchGetItem (up to 100 keys)
+    # instead of one GetItem each; at most this many batches run at once.
+    dynamodb_batch_reads: bool = True
+    dynamodb_max_batches_in_flight: int = Field(default=4, ge=1, le=64)
+    # Features change when the offline pipeline rewrites them, not between two logins a few
+    # seconds apart: known players' items are kept this long (0 disables the cache).
+    feature_cache_ttl_s: float = Field(default=30.0, ge=0, le=3600)
+    feature_cache_max_players: int = Field(default=100_000, ge=1)
+
+    # A table that keeps failing is not hammered: after this many failed reads in a row the
+    # breaker opens and logins get the flagged fallback at once, until one trial read after
+    # the reset timeout succeeds.
+    dynamodb_breaker_fail_max: int = Field(default=5, ge=1)
+    dynamodb_breaker_reset_timeout_s: float = Field(default=5.0, gt=0)
+
+    # Callers authenticate with the X-API-Key header when this is set: the hex SHA-256 of
+    # the key (never the key itself), e.g. from a Kubernetes secret. Unset: no auth.
+    api_key_sha256: SecretStr | None = None
+
+    artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+
+    @field_validator("api_key_sha256")
+    @classmethod
+    def _hex_digest(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not re.fullmatch(r"[0-9a-f]{64}", value.get_secret_value()):
+            raise ValueError("api_key_sha256 must be 64 lowercase hex characters")
+        return value
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment on first use (never at import)."""
+    return Settings()

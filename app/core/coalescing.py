@@ -1,0 +1,246 @@
+"""Coalescing concurrent calls into batches: one fan-out (or one BatchGetItem) for many logins.
+
+The policy is "send now if a slot is free, otherwise batch up behind the work in flight":
+at low load a call goes out on the next event-loop turn (no added wait), under load every
+call that arrives while `max_in_flight` batches are running joins the next batch. Batch size
+therefore grows with load by itself, with no timer to tune.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import numpy as np
+
+from app.core.fanout import Fanout, FanoutResult, FanoutRound
+
+Item = TypeVar("Item")
+Out = TypeVar("Out")
+
+
+@dataclass
+class _Slot:
+    """One batch's claim on an in-flight slot, given back exactly once."""
+
+    freed: bool = False
+
+
+@dataclass
+class Pending(Generic[Item, Out]):
+    item: Item
+    size: int
+    future: asyncio.Future[Out]
+
+
+class Coalescer(Generic[Item, Out]):
+    """Queues submitted items and hands them to `run` in batches of at most `max_size`.
+
+    `run(batch)` must resolve every pending future it is given (skipping ones already done:
+    their caller gave up). A batch holds its in-flight slot until `run` returns.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[Pending[Item, Out]]], Awaitable[None]],
+        *,
+        max_size: int,
+        max_in_flight: int,
+    ) -> None:
+        if max_size < 1 or max_in_flight < 1:
+            raise ValueError("max_size and max_in_flight must be at least 1")
+        self._run = run
+        self.max_size = max_size
+        self.max_in_flight = max_in_flight
+        self._queue: deque[Pending[Item, Out]] = deque()
+        self._in_flight = 0
+        self._flush_scheduled = False
+        self._batches: set[asyncio.Future[None]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def enqueue(self, item: Item, size: int = 1) -> asyncio.Future[Out]:
+        """The future of the item's result; cancelling it drops the item if still queued."""
+        future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
+        self._queue.append(Pending(item, size, future))
+        self._schedule_flush()
+        return future
+
+    async def submit(self, item: Item, size: int = 1) -> Out:
+        """The item's result. Cancelling the caller drops the item if it is still queued."""
+        return await self.enqueue(item, size)
+
+    def _schedule_flush(self) -> None:
+        # call_soon rather than flushing inline: calls made in the same loop turn (e.g. a
+        # burst of requests parsed together) share one batch at no latency cost.
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        while self._queue and self._in_flight < self.max_in_flight:
+            batch = self._take_batch()
+            if not batch:
+                continue
+            self._in_flight += 1
+            slot = _Slot()
+            task = asyncio.ensure_future(self._run_batch(batch, slot))
+            self._batches.add(task)
+            # Also runs for a task cancelled before it ever started (its try/finally never
+            # ran): the slot is always given back and every caller always answered.
+            task.add_done_callback(functools.partial(self._batch_done, batch, slot))
+
+    def _take_batch(self) -> list[Pending[Item, Out]]:
+        batch: list[Pending[Item, Out]] = []
+        size = 0
+        while self._queue:
+            head = self._queue[0]
+            if head.future.done():  # its caller was cancelled while it queued
+                self._queue.popleft()
+                continue
+            if batch and size + head.size > self.max_size:
+                break
+            batch.append(self._queue.popleft())
+            size += head.size
+        return batch
+
+    async def _run_batch(self, batch: list[Pending[Item, Out]], slot: _Slot) -> None:
+        try:
+            await self._run(batch)
+        finally:
+            # Free the slot as soon as `run` returns, before its callers resume.
+            self._free(slot)
+
+    def _free(self, slot: _Slot) -> None:
+        if not slot.freed:
+            slot.freed = True
+            self._in_flight -= 1
+            if self._queue:
+                self._schedule_flush()
+
+    def _batch_done(
+        self, batch: list[Pending[Item, Out]], slot: _Slot, task: asyncio.Future[None]
+    ) -> None:
+        self._batches.discard(task)
+        self._free(slot)
+        # Every caller gets an answer: the batch's failure, or cancellation if the batch was
+        # cancelled (a cancelled batch is not an error the caller should see as one).
+        error = None if task.cancelled() else task.exception()
+        for pending in batch:
+            if pending.future.done():
+                continue
+            if task.cancelled():
+                pending.future.cancel()
+            elif error is not None:
+                pending.future.set_exception(error)
+            else:
+                pending.future.set_exception(
+                    RuntimeError("the batch finished without answering this call")
+                )
+
+    def close(self) -> None:
+        """Cancel queued calls and running batches (shutdown); their callers are cancelled."""
+        while self._queue:
+            self._queue.popleft().future.cancel()
+        for task in list(self._batches):
+            task.cancel()
+
+
+@dataclass(frozen=True)
+class _Share:
+    """One caller's part of a coalesced fan-out round."""
+
+    round: FanoutRound
+    rows: slice
+
+
+class CoalescingScorer:
+    """An EnsembleScorer that sends one fan-out per batch of concurrent requests.
+
+    Each request still keeps its own deadline: it reads its rows of the shared round as soon as
+    every group answered or its own budget ran out, whichever comes first. The round's
+    stragglers are cancelled once no request waits for them any more.
+    """
+
+    def __init__(
+        self, fanout: Fanout, *, max_rows: int, max_in_flight: int, max_hold_s: float
+    ) -> None:
+        self._fanout = fanout
+        self._max_hold_s = max_hold_s
+        self._coalescer: Coalescer[np.ndarray, _Share] = Coalescer(
+            self._run, max_size=max_rows, max_in_flight=max_in_flight
+        )
+        self._readers: dict[FanoutRound, int] = {}
+
+    async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(budget_s, 0.0)
+        queued = self._coalescer.enqueue(matrix, matrix.shape[0])
+        try:
+            await asyncio.wait([queued], timeout=max(budget_s, 0.0))
+        except asyncio.CancelledError:
+            self._abandon(queued)
+            raise
+        if not queued.done() or queued.exception() is not None:
+            # Queued behind full rounds for the whole budget (or the round could not start):
+            # nobody answered in time.
+            why = "timeout" if not queued.done() else type(queued.exception()).__name__
+            self._abandon(queued)
+            missing = {name: why for name in self._fanout.member_order}
+            return FanoutResult([], missing, budget_s * 1000.0)
+        share = queued.result()
+        try:
+            await share.round.wait(deadline - loop.time())
+            return self._fanout.ordered(share.round.result(share.rows))
+        finally:
+            self._release(share.round)
+
+    async def _run(self, batch: list[Pending[np.ndarray, _Share]]) -> None:
+        matrix = batch[0].item if len(batch) == 1 else np.concatenate([p.item for p in batch])
+        round_ = self._fanout.launch(matrix)
+        self._readers[round_] = len(batch)
+        start = 0
+        for pending in batch:
+            rows = slice(start, start + pending.size)
+            start += pending.size
+            if pending.future.done():  # caller gone between batching and launch
+                self._release(round_)
+            else:
+                pending.future.set_result(_Share(round_, rows))
+        # The slot stays taken while the groups work, so logins arriving meanwhile batch up
+        # behind it; but at most max_hold_s: a slow or stuck member must not hold every
+        # later login in the queue until its deadline. Its readers keep waiting regardless.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(round_.finished(), self._max_hold_s)
+
+    def _abandon(self, queued: asyncio.Future[_Share]) -> None:
+        if not queued.done():
+            queued.cancel()  # still queued: it will not join a round
+        elif not queued.cancelled() and queued.exception() is None:
+            self._release(queued.result().round)
+
+    def _release(self, round_: FanoutRound) -> None:
+        readers = self._readers.get(round_)
+        if readers is None:  # already cancelled by close()
+            return
+        left = readers - 1
+        if left > 0:
+            self._readers[round_] = left
+            return
+        del self._readers[round_]
+        round_.cancel()
+
+    def close(self) -> None:
+        """Cancel queued logins and every round in flight (replica shutdown)."""
+        self._coalescer.close()
+        for round_ in list(self._readers):
+            round_.cancel()
+        self._readers.clear()

@@ -1,0 +1,171 @@
+"""Parallel fan-out of one candidate matrix to every member group, bounded by time budgets.
+
+A member group is whatever answers for several members with one call: a Serve deployment
+hosting one member (the production layout) or several (small clusters), or in-process models.
+Fan-out width is the number of groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from app.core.aggregation import MemberScores
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemberRef:
+    name: str
+    weight: float
+
+
+class MemberGroupClient(Protocol):
+    """Scores a candidate matrix for each of its members in one call."""
+
+    name: str
+    members: tuple[MemberRef, ...]
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Shape (len(members), matrix rows): one row of propensities per member."""
+        ...
+
+
+class EnsembleScorer(Protocol):
+    """Scores one candidate matrix with the ensemble's members within a time budget."""
+
+    async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult: ...
+
+
+@dataclass(frozen=True)
+class FanoutResult:
+    answers: list[MemberScores]
+    # member name -> why it is missing from `answers` ("timeout", "bad_output" or error type)
+    missing: dict[str, str] = field(default_factory=dict)
+    elapsed_ms: float = 0.0
+
+
+class FanoutRound:
+    """One matrix in flight to every group. Several callers may each read their own rows of
+    it with their own deadline; the round's unfinished work is cancelled when they are done."""
+
+    def __init__(self, groups: Sequence[MemberGroupClient], matrix: np.ndarray) -> None:
+        self.started = time.perf_counter()
+        self.rows = matrix.shape[0]
+        self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
+        # Validated answers per finished group, computed once however many callers read them.
+        self._outcomes: dict[str, _Outcome] = {}
+        self._finished = asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait(self, timeout_s: float) -> None:
+        """Until every group answered or `timeout_s` passed; never cancels the groups."""
+        pending = [t for t in self._tasks if not t.done()]
+        if pending and timeout_s > 0:
+            await asyncio.wait(pending, timeout=timeout_s)
+
+    async def finished(self) -> None:
+        """Until every group answered, failed or was cancelled."""
+        await asyncio.shield(self._finished)
+
+    def cancel(self) -> None:
+        """Stop work nobody waits for any more (budget spent or every caller gone)."""
+        for task in self._tasks:
+            task.cancel()
+
+    def result(self, rows: slice | None = None) -> FanoutResult:
+        """What has answered so far, restricted to `rows` of the round's matrix.
+
+        Scores are judged per caller: a member whose scores for *these* rows are not
+        probabilities (NaN, out of range) is left out of this caller's answer only; the other
+        logins sharing the round keep it.
+        """
+        rows = rows or slice(0, self.rows)
+        answers: list[MemberScores] = []
+        missing: dict[str, str] = {}
+        for task, group in self._tasks.items():
+            outcome = self._outcome(task, group) if task.done() else "timeout"
+            for i, member in enumerate(group.members):
+                if isinstance(outcome, str):
+                    missing[member.name] = outcome
+                    continue
+                scores = outcome[i, rows]
+                if np.all((scores >= 0.0) & (scores <= 1.0)):  # False for NaN as well
+                    answers.append(MemberScores(member.name, member.weight, scores))
+                else:
+                    missing[member.name] = "bad_output"
+        return FanoutResult(answers, missing, (time.perf_counter() - self.started) * 1000.0)
+
+    def _outcome(self, task: asyncio.Future[np.ndarray], group: MemberGroupClient) -> _Outcome:
+        if group.name in self._outcomes:
+            return self._outcomes[group.name]
+        outcome: _Outcome
+        if task.cancelled():
+            outcome = "timeout"
+        elif (exc := task.exception()) is not None:
+            logger.warning("member group %s failed: %s: %s", group.name, type(exc).__name__, exc)
+            outcome = type(exc).__name__
+        else:
+            outcome = self._shaped(group, task.result())
+        self._outcomes[group.name] = outcome
+        return outcome
+
+    def _shaped(self, group: MemberGroupClient, raw: object) -> _Outcome:
+        # A reply of the wrong shape, or not numbers at all, is as good as no reply: using it
+        # would fail the request or skew the offer. Only that group's members are left out.
+        try:
+            scores = np.asarray(raw, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            logger.warning("member group %s returned non-numeric scores: %s", group.name, exc)
+            return "bad_output"
+        if scores.shape != (len(group.members), self.rows):
+            logger.warning("member group %s returned shape %s", group.name, scores.shape)
+            return "bad_output"
+        return scores
+
+
+# A group's scores, shape (members, rows), or why it has none ("timeout", "bad_output",
+# the error type).
+_Outcome = np.ndarray | str
+
+
+class Fanout:
+    """Sends one matrix to all member groups at once and keeps whatever answered in time."""
+
+    def __init__(
+        self, groups: Sequence[MemberGroupClient], member_order: Sequence[str] | None = None
+    ) -> None:
+        if not groups:
+            raise ValueError("an ensemble needs at least one member group")
+        names = [m.name for g in groups for m in g.members]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a member belongs to two groups: {names}")
+        if member_order is not None and sorted(member_order) != sorted(names):
+            raise ValueError(f"member order {member_order} does not name the groups' members")
+        self.groups = tuple(groups)
+        # Manifest order (groups may hold any subset), so answers are listed and summed in
+        # the same order as offline scoring.
+        self.member_order = {name: i for i, name in enumerate(member_order or names)}
+
+    def launch(self, matrix: np.ndarray) -> FanoutRound:
+        return FanoutRound(self.groups, matrix)
+
+    def ordered(self, result: FanoutResult) -> FanoutResult:
+        answers = sorted(result.answers, key=lambda a: self.member_order[a.name])
+        return FanoutResult(answers, result.missing, result.elapsed_ms)
+
+    async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
+        round_ = self.launch(matrix)
+        try:
+            await round_.wait(budget_s)
+        finally:
+            # Normal end: stragglers are out of budget. CancelledError (e.g. the client
+            # disconnected): nobody wants any of it.
+            round_.cancel()
+        return self.ordered(round_.result())

@@ -1,0 +1,183 @@
+"""The supervisor's business logic: features -> candidates -> fan-out -> aggregate -> offer.
+
+A plain class with injected collaborators, so it runs the same under Ray Serve (handles), in
+the legacy single-process server (in-process models) and in unit tests (fakes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from app.contract.feature_schema import FeatureValue
+from app.contract.manifest import Manifest
+from app.core.aggregation import weighted_mean
+from app.core.deadline import Deadline
+from app.core.fallback_log import FallbackLog
+from app.core.fanout import EnsembleScorer, FanoutResult
+from app.core.feature_source import FeatureSource, FeatureStoreUnavailable
+from app.core.offers import OfferCatalog, OfferDecision
+
+logger = logging.getLogger(__name__)
+
+
+class UnknownGame(LookupError):
+    """The request names a game this application does not serve."""
+
+
+class FallbackReason(StrEnum):
+    UNKNOWN_PLAYER = "unknown_player"
+    # Error, throttling, open circuit, or no answer within the request's budget.
+    FEATURE_STORE_UNAVAILABLE = "feature_store_unavailable"
+    NO_MEMBERS_ANSWERED = "no_members_answered"
+    # Some members answered, but their weights sum to less than the configured quorum.
+    QUORUM = "quorum"
+
+
+@dataclass(frozen=True)
+class OfferQuery:
+    """One login, as the offer service sees it."""
+
+    game: str
+    player_id: str
+    # Fresher values from the request itself (e.g. this session's platform).
+    overrides: Mapping[str, FeatureValue] = field(default_factory=dict)
+    # The caller's own budget; the service uses the tighter of this and its own.
+    deadline_ms: float | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class OfferAnswer:
+    request_id: str
+    game: str
+    version: str
+    decision: OfferDecision
+    fallback_reason: FallbackReason | None
+    answered_members: list[str]
+    missing_members: dict[str, str]
+    members_total: int
+    features_ms: float
+    fanout_ms: float
+    total_ms: float
+
+    @property
+    def personalized(self) -> bool:
+        return self.fallback_reason is None
+
+
+class OfferService:
+    def __init__(
+        self,
+        manifest: Manifest,
+        features: FeatureSource,
+        scorer: EnsembleScorer,
+        *,
+        request_budget_ms: float,
+        quorum: float,
+    ) -> None:
+        if request_budget_ms <= 0:
+            raise ValueError(f"request_budget_ms must be positive, got {request_budget_ms}")
+        if not 0.0 <= quorum <= 1.0:
+            raise ValueError(f"quorum is a share of the ensemble's weight, got {quorum}")
+        self.manifest = manifest
+        self.catalog = OfferCatalog(manifest)
+        self._features = features
+        self._scorer = scorer
+        self._budget_ms = request_budget_ms
+        self._quorum = quorum
+        self._total_weight = sum(e.weight for e in manifest.members)
+        self._fallbacks = FallbackLog(logger)
+
+    @property
+    def game(self) -> str:
+        return self.manifest.game
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    async def recommend(self, query: OfferQuery) -> OfferAnswer:
+        """One offer for one player login; always an answer, personalized or a flagged fallback.
+
+        Raises:
+            UnknownGame: the query's game is not this application's game.
+        """
+        if query.game != self.game:
+            raise UnknownGame(query.game)
+        budget_ms = self._budget_ms
+        if query.deadline_ms is not None:
+            budget_ms = min(budget_ms, query.deadline_ms)
+        deadline = Deadline.start(budget_ms)
+        request_id = query.request_id or uuid.uuid4().hex
+
+        reason: FallbackReason | None = None
+        try:
+            # The read gets what is left of the budget, no more: a slow (not down) table must
+            # not hold the login past its deadline and then blame the members for it.
+            row = await asyncio.wait_for(
+                self._features.player_row(query.player_id, query.overrides),
+                timeout=deadline.remaining_s(),
+            )
+        except FeatureStoreUnavailable as exc:
+            row, reason = None, FallbackReason.FEATURE_STORE_UNAVAILABLE
+            self._fallbacks.record(reason, str(exc))
+        except TimeoutError:
+            row, reason = None, FallbackReason.FEATURE_STORE_UNAVAILABLE
+            self._fallbacks.record(reason, f"no feature read within {budget_ms:.0f} ms")
+        else:
+            if row is None:
+                reason = FallbackReason.UNKNOWN_PLAYER
+        features_ms = deadline.elapsed_ms()
+
+        if row is None:
+            fallback = self.catalog.fallback()
+            return self._answer(request_id, fallback, reason, None, deadline, features_ms)
+
+        candidates = self.catalog.candidates(row)
+        result = await self._scorer.score(candidates, deadline.remaining_s())
+        answered_weight = sum(a.weight for a in result.answers)
+        if not result.answers or answered_weight < self._quorum * self._total_weight:
+            reason = FallbackReason.QUORUM if result.answers else FallbackReason.NO_MEMBERS_ANSWERED
+            self._fallbacks.record(reason, f"missing {result.missing}")
+            return self._answer(
+                request_id, self.catalog.fallback(), reason, result, deadline, features_ms
+            )
+        decision = self.catalog.decide(weighted_mean(result.answers))
+        return self._answer(request_id, decision, None, result, deadline, features_ms)
+
+    async def warm_up(self, budget_s: float) -> FanoutResult:
+        """Route one candidate matrix (schema defaults) through every member.
+
+        The first call through a Serve handle has to discover the member's replicas; doing it
+        at start-up keeps that cost out of the first players' budgets.
+        """
+        defaults = self.manifest.feature_schema.encode_record({})
+        return await self._scorer.score(self.catalog.candidates(defaults), budget_s)
+
+    def _answer(
+        self,
+        request_id: str,
+        decision: OfferDecision,
+        reason: FallbackReason | None,
+        fanout: FanoutResult | None,
+        deadline: Deadline,
+        features_ms: float,
+    ) -> OfferAnswer:
+        return OfferAnswer(
+            request_id=request_id,
+            game=self.game,
+            version=self.version,
+            decision=decision,
+            fallback_reason=reason,
+            answered_members=[a.name for a in fanout.answers] if fanout else [],
+            missing_members=dict(fanout.missing) if fanout else {},
+            members_total=len(self.manifest.members),
+            features_ms=features_ms,
+            fanout_ms=fanout.elapsed_ms if fanout else 0.0,
+            total_ms=deadline.elapsed_ms(),
+        )

@@ -1,0 +1,189 @@
+"""Local operations: train, seed dynalite, run everything (the `offers` command).
+
+    offers train     --game G --version V [--profile P] [--force] | --all [--profile P]
+    offers prepare   [--config serve_config.yaml]
+    offers seed      [--config serve_config.yaml] [--players 10000]
+    offers run-local [--config serve_config.yaml] [--players 10000]
+
+(`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
+(or finds cached) every version the config serves and checks its `deployments:` names
+against the layout. `run-local` is what `make run` calls: it prepares, starts dynalite (data
+in .local/, git-ignored), creates and seeds the table if needed, then runs `serve run` in the
+foreground with Serve's process settings. Ctrl-C stops Serve first, then dynalite.
+Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app's
+`args.artifacts_root` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.settings import get_settings
+from app.contract.manifest import load_manifest
+from app.local.dynalite import PROJECT_ROOT, Dynalite, local_client
+from app.local.processes import default_sigint
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import (
+    ConfiguredApp,
+    check_deployment_overrides,
+    configured_apps,
+    local_endpoint,
+)
+from models import recipes
+from models.catalog import GAMES
+from models.train import ensure_trained
+
+DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
+LOCAL_STATE = PROJECT_ROOT / ".local"
+
+log = logging.getLogger(__name__)
+
+
+def train(targets: list[tuple[str, str]], profile: str, *, force: bool) -> None:
+    """Train (or find cached) versions into the settings' artifacts root; one line each."""
+    root = get_settings().artifacts_root
+    for game, version in targets:
+        started = time.perf_counter()
+        folder = ensure_trained(game, version, profile, root=root, force=force)
+        manifest = load_manifest(folder)
+        mean_auc = sum(m.auc for m in manifest.members) / len(manifest.members)
+        print(
+            f"{game} {version} {profile}: ensemble AUC {manifest.ensemble_auc:.4f}, "
+            f"mean member AUC {mean_auc:.4f}, oracle AUC {manifest.oracle_auc:.4f}, "
+            f"{len(manifest.members)} members, {time.perf_counter() - started:.1f}s -> {folder}",
+            flush=True,
+        )
+
+
+def prepare(apps: list[ConfiguredApp]) -> None:
+    """Train (or find cached) every ensemble version the config serves; check its overrides."""
+    for app in apps:
+        started = time.perf_counter()
+        folder = ensure_trained(
+            app.args.game,
+            app.args.version,
+            app.args.profile,
+            root=app.args.artifacts_root or get_settings().artifacts_root,
+        )
+        log.info("models ready: %s (%.1fs)", folder, time.perf_counter() - started)
+        check_deployment_overrides(app)
+
+
+def seed(apps: list[ConfiguredApp], client: Any, table: str, players: int) -> None:
+    if ensure_table(client, table):
+        log.info("created table %s", table)
+    for game in sorted({a.args.game for a in apps}):
+        started = time.perf_counter()
+        written = seed_game(client, table, game, players)
+        if written:
+            log.info("seeded %d %s players (%.1fs)", written, game, time.perf_counter() - started)
+        else:
+            log.info("%s players already seeded", game)
+
+
+def run_local(config: Path, apps: list[ConfiguredApp], players: int) -> int:
+    prepare(apps)
+    host, port, table = local_endpoint(apps)
+    LOCAL_STATE.mkdir(exist_ok=True)
+    dynalite = Dynalite(
+        port, LOCAL_STATE / "dynalite", host=host, log_path=LOCAL_STATE / "dynalite.log"
+    )
+    with dynalite:
+        log.info("dynalite on %s (pid %s)", dynalite.endpoint_url, dynalite.pid)
+        seed(apps, dynalite.client(timeout_s=10.0), table, players)
+        for app in apps:
+            log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix)
+        return _run_serve(config)
+
+
+def _run_serve(config: Path) -> int:
+    serve_cli = Path(sys.executable).with_name("serve")
+    child = subprocess.Popen(
+        [str(serve_cli), "run", str(config)],
+        cwd=PROJECT_ROOT,
+        # Serve's process-level performance settings; the caller's environment wins.
+        env={**SERVE_PROCESS_ENV, **os.environ},
+        # A shell that starts us in the background leaves SIGINT ignored, and the child would
+        # inherit that; reset it so `serve run` always shuts its Ray down on SIGINT.
+        preexec_fn=default_sigint,
+    )
+
+    # A terminal Ctrl-C reaches `serve run` by itself (same process group); a SIGTERM to us
+    # is forwarded as SIGINT so `serve run` shuts its Ray instance down cleanly either way.
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        if child.poll() is None:
+            child.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        try:
+            return child.wait()
+        except KeyboardInterrupt:
+            forward(signal.SIGINT, None)
+            try:
+                return child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.wait()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="offers", description=(__doc__ or "").split("\n")[0])
+    commands = p.add_subparsers(dest="command", required=True)
+    for name in ("prepare", "seed", "run-local"):
+        command = commands.add_parser(name)
+        command.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+        if name != "prepare":
+            command.add_argument("--players", type=int, default=10_000, help="players per game")
+    training = commands.add_parser("train", help="train ensemble versions (cached)")
+    training.add_argument("--game", choices=GAMES)
+    training.add_argument("--version", choices=sorted(recipes.VERSIONS))
+    training.add_argument("--profile", choices=sorted(recipes.PROFILES), default="standard")
+    training.add_argument("--all", action="store_true", help="every game and version")
+    training.add_argument("--force", action="store_true", help="retrain even if cached")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C must always unwind (stopping Serve, then dynalite), even if we were started with
+    # SIGINT ignored (a background job of a non-interactive shell).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    cli = parser()
+    args = cli.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    if args.command == "train":
+        if not args.all and not (args.game and args.version):
+            cli.error("give --game and --version, or --all")
+        targets = (
+            [(g, v) for g in GAMES for v in recipes.VERSIONS]
+            if args.all
+            else [(args.game, args.version)]
+        )
+        train(targets, args.profile, force=args.force)
+        return 0
+    apps = configured_apps(args.config)
+    if not apps:
+        cli.error(f"{args.config} declares no ensemble applications")
+    if args.command == "prepare":
+        prepare(apps)
+        return 0
+    if args.command == "seed":
+        host, port, table = local_endpoint(apps)
+        seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
+        return 0
+    return run_local(args.config, apps, args.players)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

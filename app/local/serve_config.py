@@ -1,0 +1,84 @@
+"""Reading a Serve config file for the local tooling (training, seeding, dynalite, checks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from app.config.app_args import EnsembleAppArgs
+from app.config.settings import Settings
+from app.contract.manifest import load_manifest
+from app.serving.member_layout import plan_groups
+
+BUILDER_IMPORT_PATH = "app.serving.builder:build_app"
+
+
+class ConfigError(ValueError):
+    """The Serve config cannot be deployed as written."""
+
+
+@dataclass(frozen=True)
+class ConfiguredApp:
+    name: str
+    route_prefix: str
+    args: EnsembleAppArgs
+    settings: Settings  # the settings its replicas see, from the app's runtime_env env_vars
+    deployment_overrides: tuple[str, ...]  # names under the app's `deployments:`
+
+
+def configured_apps(path: Path) -> list[ConfiguredApp]:
+    """Ensemble applications declared in a Serve config file."""
+    document = yaml.safe_load(path.read_text())
+    apps = []
+    for app in document.get("applications", []):
+        if app.get("import_path") != BUILDER_IMPORT_PATH:
+            continue
+        env = (app.get("runtime_env") or {}).get("env_vars") or {}
+        settings = Settings(
+            **{k[len("OFFERS_") :].lower(): v for k, v in env.items() if k.startswith("OFFERS_")}
+        )
+        apps.append(
+            ConfiguredApp(
+                name=app["name"],
+                route_prefix=app.get("route_prefix", "/"),
+                args=EnsembleAppArgs.model_validate(app.get("args") or {}),
+                settings=settings,
+                deployment_overrides=tuple(d["name"] for d in app.get("deployments") or []),
+            )
+        )
+    return apps
+
+
+def check_deployment_overrides(app: ConfiguredApp) -> None:
+    """Serve's `deployments:` entries must name deployments the app's layout creates.
+
+    Serve itself only finds out while deploying ("Deployment ... does not exist"); this says
+    why before anything starts. Needs the trained manifest (the layout depends on it).
+    """
+    manifest = load_manifest(app.args.version_dir())
+    groups = plan_groups(manifest.members, app.args.layout)
+    created = ["supervisor", *(g.deployment for g in groups)]
+    unknown = [name for name in app.deployment_overrides if name not in created]
+    if unknown:
+        raise ConfigError(
+            f"{app.name}: `deployments:` names {unknown}, which this layout does not create "
+            f"(it creates {created}). Tune member deployments with args.members / "
+            "args.member_deployments, which follow the layout."
+        )
+
+
+def local_endpoint(apps: list[ConfiguredApp]) -> tuple[str, int, str]:
+    """(host, port, table) of the one local DynamoDB endpoint the configured apps share."""
+    endpoints = {
+        (str(a.settings.dynamodb_endpoint_url or ""), a.settings.dynamodb_table) for a in apps
+    }
+    if len(endpoints) != 1:
+        raise ConfigError(f"expected one shared DynamoDB endpoint, found {sorted(endpoints)}")
+    url, table = endpoints.pop()
+    parts = urlsplit(url)
+    if parts.hostname not in {"127.0.0.1", "localhost"} or parts.port is None:
+        raise ConfigError(f"local runs need a loopback DynamoDB endpoint with a port, got {url!r}")
+    return parts.hostname, parts.port, table

@@ -1,0 +1,97 @@
+"""Application builder named by `import_path` in serve_config.yaml: one app per (game, version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve import Application, Deployment
+from ray.serve.config import BackpressureConfig
+
+from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
+from app.contract.manifest import MANIFEST_FILENAME, load_manifest
+from app.serving.member_group import MemberGroupDeployment
+from app.serving.member_layout import MemberGroup, plan_groups
+from app.serving.supervisor import Supervisor, SupervisorConfig
+
+SUPERVISOR_DEPLOYMENT = "supervisor"
+
+
+class ArtifactsMissing(FileNotFoundError):
+    pass
+
+
+class ImpossibleConfig(ValueError):
+    """The args are valid one by one but cannot work together with this ensemble."""
+
+
+def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
+    """Supervisor bound to the member group deployments of `args.layout`."""
+    args = EnsembleAppArgs.model_validate(args)
+    version_dir = args.version_dir()
+    if not (version_dir / MANIFEST_FILENAME).is_file():
+        raise ArtifactsMissing(
+            f"no trained ensemble at {version_dir}; run `make models` (or "
+            f"`.venv/bin/offers train --game {args.game} --version {args.version} "
+            f"--profile {args.profile}`)"
+        )
+    manifest = load_manifest(version_dir)
+    if (manifest.game, manifest.version) != (args.game, args.version):
+        raise ValueError(
+            f"{version_dir} holds {manifest.game}/{manifest.version}, "
+            f"not {args.game}/{args.version}"
+        )
+    groups = plan_groups(manifest.members, args.layout)
+    check_member_deployments(args, groups)
+    member_config = MemberGroupConfig(batching=args.batching, faults=args.faults).model_dump()
+    deployments = {
+        group.deployment: _deployment(MemberGroupDeployment)
+        .options(
+            **args.members.updated(args.member_deployments.get(group.deployment, {})).to_options(
+                group.deployment
+            ),
+            user_config=member_config,
+        )
+        .bind(list(group.members), str(version_dir))
+        for group in groups
+    }
+    supervisor = _deployment(Supervisor).options(
+        **args.supervisor.to_options(SUPERVISOR_DEPLOYMENT),
+        # Overload is an explicit, retryable answer: 503 + Retry-After from the proxy.
+        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
+    )
+    config = SupervisorConfig(
+        version_dir=str(version_dir),
+        request_budget_ms=args.request_budget_ms,
+        quorum=args.quorum,
+        groups={g.deployment: [e.name for e in g.members] for g in groups},
+        coalescing=args.coalescing,
+    )
+    app: Application = supervisor.bind(config, deployments)
+    return app
+
+
+def _deployment(decorated: object) -> Deployment:
+    # @serve.deployment turns a class into a Deployment at run time; mypy sees the class.
+    if not isinstance(decorated, Deployment):
+        raise TypeError(f"{decorated!r} is not a Serve deployment")
+    return decorated
+
+
+def deployment_names(groups: list[MemberGroup]) -> list[str]:
+    return [SUPERVISOR_DEPLOYMENT, *(g.deployment for g in groups)]
+
+
+def check_member_deployments(args: EnsembleAppArgs, groups: list[MemberGroup]) -> None:
+    """Every `member_deployments` entry must name a deployment this layout creates."""
+    planned = [g.deployment for g in groups]
+    unknown = sorted(set(args.member_deployments) - set(planned))
+    if unknown:
+        layout = (
+            "one deployment per member"
+            if args.layout.groups is None
+            else f"layout.groups={args.layout.groups}"
+        )
+        raise ImpossibleConfig(
+            f"member_deployments names {unknown}, which {layout} does not create; "
+            f"its member deployments are {planned}"
+        )

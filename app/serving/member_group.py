@@ -1,0 +1,100 @@
+"""Member deployments: a group of trained models behind one Serve deployment.
+
+The production layout gives every member its own deployment (a group of one), so each scales
+on its own. Small clusters put several members in one deployment: the fan-out is then as
+wide as the number of groups instead of the number of members (see member_layout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+from ray import serve
+from ray.serve.handle import DeploymentHandle, DeploymentResponse
+
+from app.adapters.member_model import MemberGroupModel, MemberModel
+from app.config.app_args import MemberGroupConfig
+from app.contract.manifest import MemberEntry
+from app.core.fanout import MemberRef
+from app.serving.logs import route_service_logs_to_serve
+
+
+def _rows(matrices: list[np.ndarray]) -> int:
+    return sum(m.shape[0] for m in matrices)
+
+
+@serve.deployment
+class MemberGroupDeployment:
+    """Thin Serve wrapper around MemberGroupModel; `@serve.batch` shares one predict per batch."""
+
+    def __init__(self, entries: list[MemberEntry], version_dir: str) -> None:
+        route_service_logs_to_serve()
+        self._names = [e.name for e in entries]
+        self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
+        self._delay_s = 0.0
+        self._fault_counts: Counter[str] = Counter()
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        config = MemberGroupConfig.model_validate(user_config or {})
+        batch: Any = self._score_batch  # @serve.batch adds these setters at run time
+        batch.set_max_batch_size(config.batching.max_batch_rows)
+        batch.set_batch_wait_timeout_s(config.batching.batch_wait_timeout_s)
+        delays = config.faults.slow_members_ms
+        self._delay_s = max((delays.get(n, 0.0) for n in self._names), default=0.0) / 1000.0
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        """Shape (members, rows) for one candidate matrix."""
+        if self._delay_s > 0:
+            # Injected before batching, per request, so a caller's cancellation (deadline
+            # spent, client gone) visibly cuts it short.
+            self._fault_counts["delayed"] += 1
+            try:
+                await asyncio.sleep(self._delay_s)
+            except asyncio.CancelledError:
+                self._fault_counts["cancelled"] += 1
+                raise
+        result: np.ndarray = await self._score_batch(matrix)
+        return result
+
+    def fault_counts(self) -> dict[str, int]:
+        """How often the injected delay ran and was cancelled (for chaos tests)."""
+        return dict(self._fault_counts)
+
+    # Batch size is counted in candidate rows, not calls: a predict on 1024 rows costs about
+    # as much whether they come from 2 requests or 100.
+    @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.0, batch_size_fn=_rows)
+    async def _score_batch(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
+        # Off the replica's event loop: it keeps answering health checks and cancellations
+        # while the batch is scored.
+        return await self._group.score_many_async(matrices)
+
+    def __del__(self) -> None:
+        # Serve calls this on graceful shutdown (the garbage collector may call it again).
+        if hasattr(self, "_group"):
+            self._group.close()
+
+
+class HandleGroupClient:
+    """MemberGroupClient over a Serve DeploymentHandle."""
+
+    def __init__(
+        self, name: str, handle: DeploymentHandle[Any], entries: list[MemberEntry]
+    ) -> None:
+        self.name = name
+        self.members = tuple(MemberRef(e.name, e.weight) for e in entries)
+        self._handle = handle
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        response = cast(DeploymentResponse[np.ndarray], self._handle.score.remote(matrix))
+        try:
+            result: np.ndarray = await response
+        except asyncio.CancelledError:
+            # Awaiting stopped (budget spent or client gone): cancel the request in Serve so
+            # the replica does not keep working for nobody.
+            response.cancel()  # type: ignore[no-untyped-call]
+            raise
+        return result

@@ -1,0 +1,176 @@
+"""Feature reads against dynalite: coalesced BatchGetItem, TTL cache, unavailable store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from app.adapters.dynamodb import PARTITION_KEY, FeatureStore, FeatureStoreUnavailable, player_key
+from app.config.settings import Settings
+from app.contract.manifest import load_manifest
+from app.local.dynalite import free_port, local_client
+from models.population import player_id
+from tests.conftest import TEST_GAME, TEST_TABLE
+
+pytestmark = pytest.mark.integration
+
+
+class CountingClient:
+    """The real boto3 client, with a tally of the DynamoDB calls made through it."""
+
+    def __init__(self, client, unprocess: set[str] | None = None) -> None:
+        self._client = client
+        self.calls: list[tuple[str, int]] = []
+        self._unprocess = unprocess or set()
+
+    def get_item(self, **kwargs):
+        self.calls.append(("get_item", 1))
+        return self._client.get_item(**kwargs)
+
+    def batch_get_item(self, **kwargs):
+        request = kwargs["RequestItems"][TEST_TABLE]
+        self.calls.append(("batch_get_item", len(request["Keys"])))
+        response = self._client.batch_get_item(**kwargs)
+        if self._unprocess:
+            # What DynamoDB does under throttling: some keys come back unprocessed.
+            held = [k for k in request["Keys"] if k[PARTITION_KEY]["S"] in self._unprocess]
+            response["Responses"][TEST_TABLE] = [
+                i
+                for i in response["Responses"][TEST_TABLE]
+                if i[PARTITION_KEY]["S"] not in self._unprocess
+            ]
+            response["UnprocessedKeys"] = {TEST_TABLE: {"Keys": held}}
+        return response
+
+
+def settings(**overrides) -> Settings:
+    # Explicit, so the environment the Serve fixture exports does not leak in.
+    defaults = {"feature_cache_ttl_s": 30.0, "dynamodb_batch_reads": True}
+    return Settings(dynamodb_table=TEST_TABLE, **{**defaults, **overrides})
+
+
+def store_for(tiny_version_dir, client, **overrides) -> FeatureStore:
+    schema = load_manifest(tiny_version_dir).feature_schema
+    return FeatureStore(settings(**overrides), schema, TEST_GAME, client=client)
+
+
+def expected_row(tiny_version_dir, client, pid):
+    schema = load_manifest(tiny_version_dir).feature_schema
+    item = client.get_item(
+        TableName=TEST_TABLE, Key={PARTITION_KEY: {"S": player_key(TEST_GAME, pid)}}
+    ).get("Item")
+    return None if item is None else schema.decode_item(item)
+
+
+async def read_all(store, ids):
+    return await asyncio.gather(*(store.player_row(p) for p in ids), return_exceptions=True)
+
+
+def test_concurrent_logins_share_batch_reads_and_match_single_reads(
+    tiny_version_dir, dynalite_server
+):
+    raw = dynalite_server.client()
+    client = CountingClient(raw)
+    store = store_for(tiny_version_dir, client, feature_cache_ttl_s=0)
+    ids = [player_id(i) for i in range(40)] + ["no-such-player", player_id(3)]
+    rows = asyncio.run(read_all(store, ids))
+    for pid, row in zip(ids, rows, strict=True):
+        expected = expected_row(tiny_version_dir, raw, pid)
+        if expected is None:
+            assert row is None, pid
+        else:
+            np.testing.assert_array_equal(row, expected)
+    assert {name for name, _ in client.calls} == {"batch_get_item"}
+    # 42 logins (41 distinct players) in a handful of requests, each key asked once per batch.
+    assert len(client.calls) <= 5
+    assert sum(keys for _, keys in client.calls) <= 41
+
+
+def test_cache_serves_known_players_and_rereads_unknown_ones(tiny_version_dir, dynalite_server):
+    client = CountingClient(dynalite_server.client())
+    store = store_for(tiny_version_dir, client, dynamodb_batch_reads=False)
+
+    async def twice():
+        first = await store.player_row(player_id(1))
+        second = await store.player_row(player_id(1))
+        await store.player_row("no-such-player")
+        await store.player_row("no-such-player")
+        return first, second
+
+    first, second = asyncio.run(twice())
+    np.testing.assert_array_equal(first, second)
+    assert client.calls == [("get_item", 1)] * 3  # one for player 1, two for the unknown
+
+
+def test_cached_rows_still_apply_request_overrides(tiny_version_dir, dynalite_server):
+    store = store_for(tiny_version_dir, dynalite_server.client())
+    schema = load_manifest(tiny_version_dir).feature_schema
+
+    async def both():
+        plain = await store.player_row(player_id(2))
+        ios = await store.player_row(player_id(2), {"platform": "ios"})
+        android = await store.player_row(player_id(2), {"platform": "android"})
+        return plain, ios, android
+
+    plain, ios, android = asyncio.run(both())
+    column = schema.column_names.index("platform")
+    assert ios[column] != android[column]
+    assert plain[column] in (ios[column], android[column])
+
+
+def test_unprocessed_keys_fail_only_those_logins(tiny_version_dir, dynalite_server):
+    throttled = player_key(TEST_GAME, player_id(5))
+    client = CountingClient(dynalite_server.client(), unprocess={throttled})
+    store = store_for(tiny_version_dir, client, feature_cache_ttl_s=0)
+    rows = asyncio.run(read_all(store, [player_id(4), player_id(5), player_id(6)]))
+    assert isinstance(rows[1], FeatureStoreUnavailable)
+    assert rows[0] is not None and rows[2] is not None
+    assert not isinstance(rows[0], Exception) and not isinstance(rows[2], Exception)
+
+
+@pytest.mark.parametrize("batch_reads", [True, False])
+def test_unreachable_store_fails_every_login_fast(tiny_version_dir, batch_reads):
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    client = local_client(endpoint, timeout_s=0.25)
+    store = store_for(tiny_version_dir, client, dynamodb_batch_reads=batch_reads)
+    started = time.monotonic()
+    rows = asyncio.run(read_all(store, [player_id(i) for i in range(10)]))
+    assert all(isinstance(r, FeatureStoreUnavailable) for r in rows)
+    assert time.monotonic() - started < 5.0
+
+
+def test_breaker_stops_calling_a_failing_store_then_retries_after_the_reset_timeout(
+    tiny_version_dir,
+):
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    client = CountingClient(local_client(endpoint, timeout_s=0.25))
+    store = store_for(
+        tiny_version_dir,
+        client,
+        dynamodb_batch_reads=False,
+        feature_cache_ttl_s=0,
+        dynamodb_breaker_fail_max=3,
+        dynamodb_breaker_reset_timeout_s=0.5,
+    )
+
+    async def reads(n):
+        return [await _read_or_error(store, player_id(i)) for i in range(n)]
+
+    first = asyncio.run(reads(6))
+    assert all(isinstance(r, FeatureStoreUnavailable) for r in first)
+    assert len(client.calls) == 3  # the breaker opened after 3 failures
+    assert "circuit open" in str(first[-1])
+    assert store.breaker_state == "open"
+    time.sleep(0.6)
+    asyncio.run(reads(1))  # one trial call after the reset timeout (fails again here)
+    assert len(client.calls) == 4
+
+
+async def _read_or_error(store, pid):
+    try:
+        return await store.player_row(pid)
+    except FeatureStoreUnavailable as exc:
+        return exc

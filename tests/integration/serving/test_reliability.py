@@ -1,0 +1,222 @@
+"""Faults against the real deployment: every request ends, within its deadline, never a 5xx.
+
+The chaos tests each run a short locust load while the fault happens: a killed member
+replica, a stopped feature store, a slow member. The others: client disconnect, overload.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from app.local.seeding import ensure_table, seed_game
+from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
+from models.population import player_id
+from tests.conftest import POPULATION_SEED, TEST_GAME, TEST_PLAYERS, TEST_TABLE
+from tests.integration.conftest import APP_NAME, app_args, deploy, replica_actor_names
+
+pytestmark = pytest.mark.integration
+
+BUDGET_MS = 1000  # the integration app's request_budget_ms (the builder default)
+SLACK_MS = 500  # proxy, HTTP and scheduling on a loaded 2-core runner
+SLOW_MEMBER = "hgb-w1"  # weight 0.24 of 1.0: the rest still make the 0.5 quorum
+
+
+def offer(base: str, pid: str, **extra) -> requests.Response:
+    return requests.post(
+        f"{base}/v1/offers", json={"player_id": pid, "game": TEST_GAME, **extra}, timeout=10
+    )
+
+
+def load_in_background(base: str, out: Path, seconds: int) -> tuple[ThreadPoolExecutor, object]:
+    """A short locust run (10 game servers x 2 logins/s) in a thread; result() waits."""
+    url = urlsplit(base)
+    target = LoadTarget(url.port, url.path, TEST_GAME, TEST_PLAYERS)
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(
+        run_locust,
+        target,
+        out,
+        users=10,
+        user_rps=2.0,
+        run_time_s=seconds,
+        extra_args=["--late-after-ms", str(BUDGET_MS + SLACK_MS)],
+    )
+    return pool, future
+
+
+def assert_every_request_ended_in_time(result: LoadResult) -> None:
+    responses = result.outcomes["responses"]
+    assert result.requests > 50
+    assert responses["no_answer"] == 0, result.outcomes
+    assert responses["http_5xx"] == 0, result.outcomes
+    assert responses["late"] == 0, result.outcomes
+    assert result.outcomes["unexpected"] == 0, result.outcomes
+
+
+def member_handle(name: str):
+    from ray import serve
+
+    return serve.get_deployment_handle(f"member-{name}", app_name=APP_NAME)
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} after {timeout_s}s")
+        time.sleep(0.25)
+
+
+@pytest.fixture
+def slow_member(serve_app, tiny_version_dir):
+    """SLOW_MEMBER sleeps 3 s per request (fault injection) for the test, then recovers."""
+    faults = {"faults": {"slow_members_ms": {SLOW_MEMBER: 3000}}}
+    deploy(app_args(tiny_version_dir, **faults))
+    try:
+        yield SLOW_MEMBER
+    finally:
+        deploy(app_args(tiny_version_dir))
+
+
+@pytest.fixture
+def slow_member_long_budget(serve_app, tiny_version_dir):
+    """SLOW_MEMBER sleeps 3 s within a 5 s budget: only a disconnect cancels it early."""
+    deploy(
+        app_args(
+            tiny_version_dir,
+            request_budget_ms=5000,
+            faults={"slow_members_ms": {SLOW_MEMBER: 3000}},
+        )
+    )
+    try:
+        yield SLOW_MEMBER
+    finally:
+        deploy(app_args(tiny_version_dir))
+
+
+def test_client_disconnect_cancels_member_work(serve_app, slow_member_long_budget):
+    slow_member = slow_member_long_budget
+    url = urlsplit(serve_app)
+    before = member_handle(slow_member).fault_counts.remote().result().get("cancelled", 0)
+    body = f'{{"player_id": "{player_id(1)}", "game": "{TEST_GAME}"}}'.encode()
+    request = (
+        f"POST {url.path}/v1/offers HTTP/1.1\r\nHost: {url.netloc}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    with socket.create_connection((url.hostname, url.port), timeout=5) as client:
+        client.sendall(request)
+        time.sleep(0.5)  # the member is now sleeping in its injected delay
+    # Closed after 0.5 s: neither the 3 s delay nor the 5 s budget has run out.
+    started = time.monotonic()
+
+    def cancelled() -> bool:
+        counts = member_handle(slow_member).fault_counts.remote().result()
+        return counts.get("cancelled", 0) > before
+
+    wait_until(cancelled, 5.0, "cancelled")
+    assert time.monotonic() - started < 2.0, "the member finished or hit the deadline instead"
+
+
+def test_slow_member_is_left_out_and_the_rest_aggregated(serve_app, slow_member, tmp_path):
+    pool, load = load_in_background(serve_app, tmp_path / "locust", seconds=10)
+    with pool:
+        time.sleep(3)
+        body = offer(serve_app, player_id(3)).json()
+        result = load.result()
+    assert body["personalized"] is True
+    assert slow_member not in body["answered_members"]
+    assert body["missing_members"] == {slow_member: "timeout"}
+    assert body["members_answered"] == 3
+    assert body["timings"]["total_ms"] < BUDGET_MS + 100
+    assert_every_request_ended_in_time(result)
+
+
+def test_caller_deadline_bounds_the_wait_for_a_slow_member(serve_app, slow_member):
+    started = time.monotonic()
+    body = offer(serve_app, player_id(4), deadline_ms=200).json()
+    assert time.monotonic() - started < 0.2 + SLACK_MS / 1000
+    assert body["missing_members"] == {slow_member: "timeout"}
+
+
+def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(serve_app, tmp_path):
+    import ray
+
+    victim = "xgb-ios"
+    [name] = replica_actor_names(APP_NAME, f"member-{victim}")
+    pool, load = load_in_background(serve_app, tmp_path / "locust", seconds=12)
+    with pool:
+        time.sleep(3)
+        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+        result = load.result()
+    assert_every_request_ended_in_time(result)
+
+    # Serve replaces the replica; the member answers in the ensemble again.
+    def rejoined() -> bool:
+        body = offer(serve_app, player_id(5)).json()
+        return victim in body["answered_members"]
+
+    wait_until(rejoined, 60.0, f"{victim} answering again")
+    assert replica_actor_names(APP_NAME, f"member-{victim}") != {name}
+
+
+def test_feature_store_outage_gives_flagged_fallbacks_then_recovers(
+    serve_app, dynalite_server, tmp_path
+):
+    pool, load = load_in_background(serve_app, tmp_path / "locust", seconds=15)
+    with pool:
+        time.sleep(3)
+        dynalite_server.stop()
+        try:
+            time.sleep(1)
+            during = [offer(serve_app, player_id(i)).json() for i in range(10, 30)]
+        finally:
+            dynalite_server.start()
+            client = dynalite_server.client(timeout_s=10.0)
+            ensure_table(client, TEST_TABLE)  # in-memory: the restarted store is empty
+            seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS, seed=POPULATION_SEED)
+        result = load.result()
+    assert all(b["personalized"] is False for b in during)
+    assert {b["fallback_reason"] for b in during} == {"feature_store_unavailable"}
+    assert_every_request_ended_in_time(result)
+
+    # No restart: the breaker lets a trial read through and answers are personalized again.
+    wait_until(lambda: offer(serve_app, player_id(31)).json()["personalized"], 30.0, "personalized")
+
+
+def test_overload_is_refused_with_503_and_retry_after(serve_app, tiny_version_dir):
+    """A tiny second application: 1 ongoing + 1 queued login; the rest are refused at once."""
+    from ray import serve
+
+    prefix = "/overload-test"
+    args = app_args(
+        tiny_version_dir,
+        layout={"groups": 1},
+        supervisor={"max_ongoing_requests": 1, "max_queued_requests": 1},
+        faults={"slow_members_ms": {m: 400 for m in ("xgb-all", "hgb-w1")}},
+        retry_after_s=2,
+    )
+    deploy(args, name="overload-test", route_prefix=prefix)
+    base = serve_app.replace(urlsplit(serve_app).path, prefix)
+    try:
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            started = time.monotonic()
+            responses = list(pool.map(lambda i: offer(base, player_id(i)), range(12)))
+            elapsed = time.monotonic() - started
+        statuses = sorted(r.status_code for r in responses)
+        assert set(statuses) == {200, 503}, statuses
+        assert statuses.count(200) >= 2
+        refused = [r for r in responses if r.status_code == 503]
+        assert all(r.headers.get("Retry-After") == "2" for r in refused)
+        assert elapsed < 5.0  # refused at once, not queued into timeouts
+    finally:
+        serve.delete("overload-test")

@@ -1,0 +1,77 @@
+"""The circuit breaker: states under a controlled clock, and no lock held across calls."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from app.adapters.circuit_breaker import CircuitBreaker, CircuitOpen
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fail() -> None:
+    raise OSError("connection refused")
+
+
+def test_opens_after_fail_max_failures_in_a_row_and_refuses_without_calling():
+    clock = Clock()
+    breaker = CircuitBreaker(fail_max=3, reset_timeout_s=5, clock=clock)
+    for _ in range(3):
+        with pytest.raises(OSError):
+            breaker.call(fail)
+    assert breaker.state == "open"
+    calls = []
+    with pytest.raises(CircuitOpen):
+        breaker.call(calls.append, 1)
+    assert calls == []
+
+
+def test_a_success_resets_the_failure_count():
+    breaker = CircuitBreaker(fail_max=2, reset_timeout_s=5, clock=Clock())
+    with pytest.raises(OSError):
+        breaker.call(fail)
+    assert breaker.call(lambda: "ok") == "ok"
+    with pytest.raises(OSError):
+        breaker.call(fail)
+    assert breaker.state == "closed"
+
+
+def test_after_the_reset_timeout_exactly_one_trial_goes_through():
+    clock = Clock()
+    breaker = CircuitBreaker(fail_max=1, reset_timeout_s=5, clock=clock)
+    with pytest.raises(OSError):
+        breaker.call(fail)
+    clock.now = 5.0
+    assert breaker.state == "half-open"
+    breaker.before_call()  # the trial
+    with pytest.raises(CircuitOpen):
+        breaker.before_call()  # anyone else while the trial runs
+    breaker.record_failure()
+    assert breaker.state == "open"  # failed trial: open again for a full timeout
+    clock.now = 9.9
+    with pytest.raises(CircuitOpen):
+        breaker.before_call()
+    clock.now = 10.0
+    assert breaker.call(lambda: 1) == 1
+    assert breaker.state == "closed"
+
+
+def test_calls_run_concurrently_while_closed():
+    """No lock across the call: N calls that each wait for all N can only finish together."""
+    breaker = CircuitBreaker(fail_max=5, reset_timeout_s=5)
+    n = 8
+    barrier = threading.Barrier(n, timeout=10)
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        results = list(pool.map(lambda i: breaker.call(barrier.wait), range(n)))
+    assert sorted(results) == list(range(n))  # Barrier.wait returns a distinct index each

@@ -1,0 +1,86 @@
+"""One config surface: every args model rejects unknown keys; impossible combinations fail."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.config.app_args import (
+    MEMBER_DEFAULTS,
+    SUPERVISOR_DEFAULTS,
+    BatchingConfig,
+    CoalescingConfig,
+    EnsembleAppArgs,
+    FaultInjection,
+    MemberGroupConfig,
+    MemberLayout,
+)
+from app.serving.supervisor import SupervisorConfig
+
+pytestmark = pytest.mark.unit
+
+BASE = {"game": "galaxy-raiders", "version": "2026-11"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {**BASE, "colour": "blue"},
+        {**BASE, "batching": {"max_batch_rows": 64, "max_batch_size": 64}},
+        {**BASE, "coalescing": {"max_inflight": 2}},
+        {**BASE, "layout": {"group": 2}},
+        {**BASE, "faults": {"slow_member_ms": {}}},
+        {**BASE, "supervisor": {"cpus": 1}},
+        {**BASE, "members": {"autoscaling": {"max_replica": 3}}},
+        {**BASE, "member_deployments": {"member-group-0": {"cpus": 1}}},
+    ],
+)
+def test_unknown_keys_are_rejected_at_every_level(args):
+    with pytest.raises(ValidationError):
+        EnsembleAppArgs.model_validate(args)
+
+
+@pytest.mark.parametrize(
+    "model", [BatchingConfig, CoalescingConfig, MemberLayout, FaultInjection, MemberGroupConfig]
+)
+def test_every_part_forbids_extra_keys(model):
+    assert model.model_config.get("extra") == "forbid"
+
+
+def test_coalesced_rounds_larger_than_a_member_batch_are_rejected_with_the_reason():
+    with pytest.raises(
+        ValidationError, match=r"max_rows \(2048\) exceeds.*max_batch_rows \(1024\)"
+    ):
+        EnsembleAppArgs.model_validate({**BASE, "coalescing": {"max_rows": 2048}})
+    # Without coalescing there are no rounds to be too large.
+    EnsembleAppArgs.model_validate({**BASE, "coalescing": {"enabled": False, "max_rows": 2048}})
+
+
+def test_a_partial_deployment_entry_keeps_its_roles_defaults():
+    args = EnsembleAppArgs.model_validate(
+        {**BASE, "supervisor": {"max_ongoing_requests": 100}, "members": {"num_cpus": 0.3}}
+    )
+    assert args.supervisor.max_ongoing_requests == 100
+    assert args.supervisor.num_cpus == SUPERVISOR_DEFAULTS.num_cpus
+    assert args.supervisor.autoscaling == SUPERVISOR_DEFAULTS.autoscaling
+    assert args.members.num_cpus == 0.3
+    assert args.members.max_queued_requests == MEMBER_DEFAULTS.max_queued_requests
+
+
+def test_min_replicas_above_max_is_rejected():
+    with pytest.raises(ValidationError, match="exceeds max_replicas"):
+        EnsembleAppArgs.model_validate(
+            {**BASE, "members": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}
+        )
+
+
+def test_the_quorum_default_lives_in_the_args_only():
+    assert EnsembleAppArgs.model_validate(BASE).quorum == 0.5
+    # The supervisor's config has no default of its own: the builder must pass the args'.
+    with pytest.raises(ValidationError, match="quorum"):
+        SupervisorConfig(
+            version_dir="/x",
+            request_budget_ms=1000,
+            groups={},
+            coalescing=CoalescingConfig(),
+        )

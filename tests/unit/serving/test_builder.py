@@ -1,0 +1,89 @@
+"""The builder and the shipped Serve configs, without a running Ray: layouts, sizing, checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from ray.serve._private.build_app import build_app as serve_build
+from ray.serve.schema import ServeDeploySchema
+
+from app.config.settings import Settings
+from app.local.dynalite import PROJECT_ROOT
+from app.local.serve_config import ConfigError, check_deployment_overrides, configured_apps
+from app.serving.builder import ImpossibleConfig, build_app
+from models.train import ensure_trained
+
+pytestmark = pytest.mark.unit
+
+SHIPPED = [PROJECT_ROOT / "serve_config.yaml", PROJECT_ROOT / "serve_config.production-layout.yaml"]
+
+
+def deployments(app_args) -> dict[str, object]:
+    """Deployment name -> its options, as Serve would deploy them (no cluster needed)."""
+    built = serve_build(
+        build_app(app_args), name="test-app", make_deployment_handle=lambda d, app: object()
+    )
+    return {d.name: d for d in built.deployments}
+
+
+@pytest.fixture(scope="module")
+def standard_models() -> None:
+    """The standard profile the shipped configs serve (cached after the first training)."""
+    for path in SHIPPED:
+        for app in configured_apps(path):
+            ensure_trained(
+                app.args.game, app.args.version, app.args.profile, root=Settings().artifacts_root
+            )
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models) -> None:
+    ServeDeploySchema.model_validate(yaml.safe_load(path.read_text()))
+    [app] = configured_apps(path)
+    check_deployment_overrides(app)
+    built = deployments(app.args)
+    members = [name for name in built if name != "supervisor"]
+    if app.args.layout.groups is None:
+        assert len(members) == 12 and all(not m.startswith("member-group-") for m in members)
+    else:
+        assert members == [f"member-group-{i}" for i in range(app.args.layout.groups)]
+    supervisor = built["supervisor"]
+    assert supervisor.ray_actor_options["num_cpus"] == app.args.supervisor.num_cpus
+    assert supervisor.max_ongoing_requests == app.args.supervisor.max_ongoing_requests
+
+
+def test_production_layout_sizes_one_member_on_its_own(standard_models) -> None:
+    [app] = configured_apps(SHIPPED[1])
+    built = deployments(app.args)
+    assert built["member-et-boot3"].ray_actor_options["num_cpus"] == 0.2
+    assert built["member-xgb-all"].ray_actor_options["num_cpus"] == app.args.members.num_cpus
+
+
+def test_removing_the_layout_from_the_local_config_still_deploys(standard_models) -> None:
+    """What the config's comment suggests: drop `layout` and get the production layout."""
+    document = yaml.safe_load(SHIPPED[0].read_text())
+    args = dict(document["applications"][0]["args"])
+    del args["layout"]
+    built = deployments(args)
+    assert "member-xgb-all" in built and "member-group-0" not in built
+
+
+def test_member_deployments_must_name_deployments_the_layout_creates(standard_models) -> None:
+    [app] = configured_apps(SHIPPED[0])
+    args = app.args.model_copy(update={"member_deployments": {"member-xgb-all": {"num_cpus": 1}}})
+    with pytest.raises(ImpossibleConfig, match=r"member-group-0.*member-group-1"):
+        build_app(args)
+
+
+def test_a_serve_override_for_a_deployment_the_layout_lacks_is_explained(
+    standard_models, tmp_path: Path
+) -> None:
+    document = yaml.safe_load(SHIPPED[0].read_text())
+    document["applications"][0]["deployments"] = [{"name": "member-xgb-all", "num_replicas": 2}]
+    path = tmp_path / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(document))
+    [app] = configured_apps(path)
+    with pytest.raises(ConfigError, match="does not create"):
+        check_deployment_overrides(app)
