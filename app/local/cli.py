@@ -27,6 +27,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
@@ -34,6 +36,7 @@ from app.local.dynalite import PROJECT_ROOT, Dynalite, local_client
 from app.local.processes import default_sigint
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import (
+    ConfigError,
     ConfiguredApp,
     check_deployment_overrides,
     configured_apps,
@@ -92,7 +95,6 @@ def seed(apps: list[ConfiguredApp], client: Any, table: str, players: int) -> No
 
 
 def run_local(config: Path, apps: list[ConfiguredApp], players: int) -> int:
-    prepare(apps)
     host, port, table = local_endpoint(apps)
     LOCAL_STATE.mkdir(exist_ok=True)
     dynalite = Dynalite(
@@ -172,16 +174,26 @@ def main(argv: list[str] | None = None) -> int:
         )
         train(targets, args.profile, force=args.force)
         return 0
-    apps = configured_apps(args.config)
-    if not apps:
-        cli.error(f"{args.config} declares no ensemble applications")
-    if args.command == "prepare":
-        prepare(apps)
-        return 0
+    try:
+        apps = configured_apps(args.config)
+        if not apps:
+            cli.error(f"{args.config} declares no ensemble applications")
+        if args.command == "prepare":
+            prepare(apps)
+            return 0
+    except (ValidationError, ConfigError) as exc:
+        # A config a user wrote: say what is wrong with it, no traceback.
+        print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
+        return 2
     if args.command == "seed":
         host, port, table = local_endpoint(apps)
         seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
         return 0
+    try:
+        prepare(apps)
+    except ConfigError as exc:
+        print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
+        return 2
     return run_local(args.config, apps, args.players)
 
 

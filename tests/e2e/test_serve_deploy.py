@@ -1,7 +1,14 @@
-"""The production CLI path: `ray start --head`, `serve deploy serve_config.yaml`, then HTTP."""
+"""The production CLI path: `ray start --head`, `serve deploy <config>`, then HTTP and load.
+
+The deployed config is serve_config.yaml as shipped (2 member groups, coalescing with
+max_in_flight 1, RAY_SERVE_THROUGHPUT_OPTIMIZED where Ray starts) plus one small second
+application with API-key auth on, configured the way production does it: the key's digest
+in the replicas' environment.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -12,13 +19,18 @@ import pytest
 import requests
 import yaml
 
+from app.adapters.dynamodb import PARTITION_KEY, player_key
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.settings import Settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port, port_is_free
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import SERVE_PROCESS_ENV, configured_apps, local_endpoint
+from app.local.serve_config import configured_apps, local_endpoint
 from app.serving.member_layout import plan_groups
+from loadtest.locust_runner import LoadTarget, run_locust
+from loadtest.systems import ManagedProcess
 from models.population import player_id
-from tests.conftest import POPULATION_SEED
+from models.train import ensure_trained
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +43,8 @@ BIN = Path(sys.executable).parent
 # the serve CLI only sends that token when told the cluster uses token auth.
 # As the README deploys: Serve's process settings (SERVE_PROCESS_ENV) set where Ray starts.
 CLI_ENV = {**SERVE_PROCESS_ENV, **os.environ, "RAY_AUTH_MODE": "token"}
+API_KEY = "e2e-game-server-key"
+AUTH_PREFIX = "/auth-check/2026-11"
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -47,39 +61,95 @@ def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.Comp
     return result
 
 
-@pytest.fixture(scope="module")
-def deployed_cluster():
-    from models.train import ensure_trained
+def with_auth_app(tmp_path: Path, tiny_version_dir: Path) -> Path:
+    """serve_config.yaml plus a tiny application whose replicas require an API key."""
+    document = yaml.safe_load(CONFIG.read_text())
+    shipped = document["applications"][0]
+    env = dict(shipped["runtime_env"]["env_vars"])
+    env["OFFERS_API_KEY_SHA256"] = hashlib.sha256(API_KEY.encode()).hexdigest()
+    document["applications"].append(
+        {
+            "name": "auth-check",
+            "route_prefix": AUTH_PREFIX,
+            "import_path": shipped["import_path"],
+            "runtime_env": {"env_vars": env},
+            "args": {
+                "game": "galaxy-raiders",
+                "version": "2026-11",
+                "profile": "tiny",
+                "artifacts_root": str(tiny_version_dir.parents[2]),
+                "layout": {"groups": 1},
+                "supervisor": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
+                "members": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
+            },
+        }
+    )
+    path = tmp_path / "serve_config.e2e.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
 
+
+@pytest.fixture(scope="module")
+def deployed_cluster(tmp_path_factory, tiny_version_dir):
     apps = configured_apps(CONFIG)
     for app in apps:
-        ensure_trained(app.args.game, app.args.version, app.args.profile)
+        ensure_trained(
+            app.args.game, app.args.version, app.args.profile, root=Settings().artifacts_root
+        )
     host, port, table = local_endpoint(apps)
     busy = [p for p in (port, 8000, 8265) if not port_is_free("127.0.0.1", p)]
     if busy:
         pytest.fail(f"ports {busy} are in use (is `make run` or another Ray running?)")
+    folder = tmp_path_factory.mktemp("e2e")
+    config = with_auth_app(folder, tiny_version_dir)
 
-    with Dynalite(port, data_dir=None, host=host) as dynalite:
+    with Dynalite(port, data_dir=None, host=host, log_path=folder / "dynalite.log") as dynalite:
         client = dynalite.client(timeout_s=10.0)
         ensure_table(client, table)
         for game in {a.args.game for a in apps}:
-            seed_game(client, table, game, PLAYERS, seed=POPULATION_SEED)
-        try:
-            cli(
-                "ray",
+            seed_game(client, table, game, PLAYERS)
+        # `--block` keeps `ray start` in the foreground as the parent of the cluster's
+        # processes, in a session of its own: stopping it (and anything left of its process
+        # tree, by pid) stops this cluster and no other Ray on the host.
+        ray = ManagedProcess(
+            [
+                str(BIN / "ray"),
                 "start",
                 "--head",
+                "--block",
                 "--num-cpus=2",
                 f"--port={free_port()}",
                 "--dashboard-host=127.0.0.1",
                 "--dashboard-port=8265",
                 "--disable-usage-stats",
-            )
-            cli("serve", "deploy", str(CONFIG), "--address", DASHBOARD)
-            yield apps, _wait_running([a.name for a in apps])
+            ],
+            CLI_ENV,
+            folder / "ray-start.log",
+        )
+        ray.start()
+        try:
+            _wait_for_dashboard(ray)
+            cli("serve", "deploy", str(config), "--address", DASHBOARD)
+            status = _wait_running([*(a.name for a in apps), "auth-check"])
+            yield apps, status, client, table
         finally:
             cli("serve", "shutdown", "--yes", "--address", DASHBOARD, check=False)
-            cli("ray", "stop", "--force", check=False)
+            ray.stop()
+
+
+def _wait_for_dashboard(ray: ManagedProcess, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if not ray.alive():
+            pytest.fail(f"ray start exited; see {ray.log_path}")
+        try:
+            if requests.get(f"{DASHBOARD}/api/version", timeout=2).status_code < 500:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"Ray dashboard not up after {timeout_s}s; see {ray.log_path}")
+        time.sleep(1)
 
 
 def _wait_running(names: list[str], timeout_s: float = 600) -> dict:
@@ -98,8 +168,17 @@ def _wait_running(names: list[str], timeout_s: float = 600) -> dict:
         time.sleep(2)
 
 
+def post(prefix: str, pid: str, **kwargs) -> requests.Response:
+    return requests.post(
+        f"{HTTP_BASE}{prefix}/v1/offers",
+        json={"player_id": pid, "game": "galaxy-raiders"},
+        timeout=30,
+        **kwargs,
+    )
+
+
 def test_serve_deploy_serves_personalized_offers(deployed_cluster):
-    apps, status = deployed_cluster
+    apps, status, _, _ = deployed_cluster
     for app in apps:
         deployments = status["applications"][app.name]["deployments"]
         manifest = load_manifest(app.args.version_dir())
@@ -107,12 +186,65 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
         assert set(deployments) == {"supervisor"} | {g.deployment for g in groups}
         assert all(d["status"] == "HEALTHY" for d in deployments.values())
 
-        response = requests.post(
-            f"{HTTP_BASE}{app.route_prefix}/v1/offers",
-            json={"player_id": player_id(11), "game": app.args.game},
-            timeout=30,
-        )
+        response = post(app.route_prefix, player_id(11))
         assert response.status_code == 200, response.text
         body = response.json()
         assert body["personalized"] is True
         assert body["members_answered"] == body["members_total"] == len(manifest.members) >= 12
+
+
+def test_shipped_layout_holds_a_short_load_without_failures(deployed_cluster, tmp_path):
+    apps, _, _, _ = deployed_cluster
+    app = apps[0]
+    result = run_locust(
+        LoadTarget(8000, app.route_prefix, app.args.game, PLAYERS),
+        tmp_path / "locust",
+        users=10,
+        user_rps=2.0,
+        run_time_s=10,
+        extra_args=["--late-after-ms", str(app.args.request_budget_ms + 500)],
+    )
+    responses = result.outcomes["responses"]
+    assert result.requests > 80
+    assert result.failures == 0, result.outcomes
+    assert responses["http_5xx"] == 0 and responses["no_answer"] == 0, result.outcomes
+    assert responses["late"] == 0, result.outcomes
+    assert result.outcomes["personalized"] > 0
+
+
+def test_known_players_are_served_from_the_feature_cache(deployed_cluster):
+    """The shipped config caches known players' features for 30 s in the supervisor."""
+    apps, _, client, table = deployed_cluster
+    prefix = apps[0].route_prefix
+
+    def key(pid: str) -> dict:
+        return {PARTITION_KEY: {"S": player_key("galaxy-raiders", pid)}}
+
+    # Two players no other test or load touches, with a real player's features.
+    features = client.get_item(TableName=table, Key=key(player_id(5)))["Item"]
+    cached, uncached = "cache-probe-1", "cache-probe-2"
+    for pid in (cached, uncached):
+        client.put_item(TableName=table, Item={**features, **key(pid)})
+    assert post(prefix, cached).json()["personalized"] is True
+    for pid in (cached, uncached):
+        client.delete_item(TableName=table, Key=key(pid))
+    # Both items are gone from the table: only the cache can still personalize `cached`.
+    assert post(prefix, cached).json()["personalized"] is True
+    assert post(prefix, uncached).json()["fallback_reason"] == "unknown_player"
+
+
+def test_api_key_is_required_through_serve_when_its_digest_is_configured(deployed_cluster):
+    pid = player_id(12)
+    assert post(AUTH_PREFIX, pid).status_code == 401
+    wrong = post(AUTH_PREFIX, pid, headers={"X-API-Key": "not-the-key"})
+    assert wrong.status_code == 401
+    assert wrong.headers["WWW-Authenticate"] == "ApiKey"
+    right = post(AUTH_PREFIX, pid, headers={"X-API-Key": API_KEY})
+    assert right.status_code == 200 and right.json()["personalized"] is True
+    assert requests.get(f"{HTTP_BASE}{AUTH_PREFIX}/healthz", timeout=10).status_code == 200
+    # The shipped application has no key configured.
+    assert post(apps_prefix(deployed_cluster), pid).status_code == 200
+
+
+def apps_prefix(deployed_cluster) -> str:
+    return deployed_cluster[0][0].route_prefix

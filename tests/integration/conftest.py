@@ -56,7 +56,7 @@ def serve_app(tiny_version_dir, dynalite_server):
 
 def app_args(tiny_version_dir, **overrides):
     """The integration application: tiny ensemble, one deployment (and replica) per member."""
-    from app.serving.builder import EnsembleAppArgs
+    from app.config.app_args import EnsembleAppArgs
 
     one_replica = {"autoscaling": {"min_replicas": 1, "max_replicas": 1}}
     return EnsembleAppArgs.model_validate(

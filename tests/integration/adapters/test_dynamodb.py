@@ -8,9 +8,10 @@ import time
 import numpy as np
 import pytest
 
-from app.adapters.dynamodb import PARTITION_KEY, FeatureStore, FeatureStoreUnavailable, player_key
+from app.adapters.dynamodb import PARTITION_KEY, FeatureStore, player_key
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
+from app.core.feature_source import FeatureStoreUnavailable
 from app.local.dynalite import free_port, local_client
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_TABLE
@@ -106,7 +107,8 @@ def test_cache_serves_known_players_and_rereads_unknown_ones(tiny_version_dir, d
 
 
 def test_cached_rows_still_apply_request_overrides(tiny_version_dir, dynalite_server):
-    store = store_for(tiny_version_dir, dynalite_server.client())
+    client = CountingClient(dynalite_server.client())
+    store = store_for(tiny_version_dir, client)
     schema = load_manifest(tiny_version_dir).feature_schema
 
     async def both():
@@ -116,6 +118,7 @@ def test_cached_rows_still_apply_request_overrides(tiny_version_dir, dynalite_se
         return plain, ios, android
 
     plain, ios, android = asyncio.run(both())
+    assert len(client.calls) == 1  # the second and third reads were cache hits
     column = schema.column_names.index("platform")
     assert ios[column] != android[column]
     assert plain[column] in (ios[column], android[column])

@@ -15,7 +15,7 @@ from tests.conftest import TEST_GAME, TEST_PLAYERS
 
 pytestmark = pytest.mark.integration
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 RUN_SECONDS = 10
 

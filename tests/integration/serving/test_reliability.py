@@ -7,8 +7,10 @@ replica, a stopped feature store, a slow member. The others: client disconnect, 
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,7 +20,7 @@ import requests
 from app.local.seeding import ensure_table, seed_game
 from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
 from models.population import player_id
-from tests.conftest import POPULATION_SEED, TEST_GAME, TEST_PLAYERS, TEST_TABLE
+from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
 from tests.integration.conftest import APP_NAME, app_args, deploy, replica_actor_names
 
 pytestmark = pytest.mark.integration
@@ -58,6 +60,51 @@ def assert_every_request_ended_in_time(result: LoadResult) -> None:
     assert responses["http_5xx"] == 0, result.outcomes
     assert responses["late"] == 0, result.outcomes
     assert result.outcomes["unexpected"] == 0, result.outcomes
+
+
+@dataclass(frozen=True)
+class Answer:
+    sent: float  # time.monotonic() when the request was sent
+    received: float
+    status: int
+    body: dict
+
+
+class Prober:
+    """A few threads posting logins back to back, keeping every answer with its timing."""
+
+    def __init__(self, base: str, threads: int = 3) -> None:
+        self.base = base
+        self.answers: list[Answer] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._loop, args=(i,), daemon=True) for i in range(threads)
+        ]
+
+    def _loop(self, n: int) -> None:
+        i = 0
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            response = offer(self.base, player_id(40 + (n * 50 + i) % 200))
+            answer = Answer(sent, time.monotonic(), response.status_code, response.json())
+            with self._lock:
+                self.answers.append(answer)
+            i += 1
+
+    def __enter__(self) -> Prober:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=15)
+
+    def between(self, start: float, end: float) -> list[Answer]:
+        """Answers to requests sent after `start` and answered before `end`."""
+        return [a for a in self.answers if a.sent >= start and a.received <= end]
 
 
 def member_handle(name: str):
@@ -117,14 +164,14 @@ def test_client_disconnect_cancels_member_work(serve_app, slow_member_long_budge
         client.sendall(request)
         time.sleep(0.5)  # the member is now sleeping in its injected delay
     # Closed after 0.5 s: neither the 3 s delay nor the 5 s budget has run out.
-    started = time.monotonic()
 
     def cancelled() -> bool:
         counts = member_handle(slow_member).fault_counts.remote().result()
         return counts.get("cancelled", 0) > before
 
+    # Only a cancellation counts here: the 3 s delay would end on its own well inside the 5 s
+    # budget, so neither finishing nor the deadline can produce it.
     wait_until(cancelled, 5.0, "cancelled")
-    assert time.monotonic() - started < 2.0, "the member finished or hit the deadline instead"
 
 
 def test_slow_member_is_left_out_and_the_rest_aggregated(serve_app, slow_member, tmp_path):
@@ -142,10 +189,11 @@ def test_slow_member_is_left_out_and_the_rest_aggregated(serve_app, slow_member,
 
 
 def test_caller_deadline_bounds_the_wait_for_a_slow_member(serve_app, slow_member):
-    started = time.monotonic()
     body = offer(serve_app, player_id(4), deadline_ms=200).json()
-    assert time.monotonic() - started < 0.2 + SLACK_MS / 1000
     assert body["missing_members"] == {slow_member: "timeout"}
+    # Answered at the caller's 200 ms, not at the app's 1000 ms budget (measured inside the
+    # supervisor, so a loaded test host's scheduling does not blur the two).
+    assert body["timings"]["total_ms"] < BUDGET_MS
 
 
 def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(serve_app, tmp_path):
@@ -154,11 +202,19 @@ def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(serv
     victim = "xgb-ios"
     [name] = replica_actor_names(APP_NAME, f"member-{victim}")
     pool, load = load_in_background(serve_app, tmp_path / "locust", seconds=12)
-    with pool:
+    with pool, Prober(serve_app) as prober:
         time.sleep(3)
+        killed = time.monotonic()
         ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
         result = load.result()
     assert_every_request_ended_in_time(result)
+    # The traffic did meet the dead replica: answers after the kill left the member out
+    # (failed call or timeout), and none of them was an error.
+    after = prober.between(killed, float("inf"))
+    assert after and all(a.status == 200 for a in after)
+    assert any(victim in a.body["missing_members"] for a in after), [
+        a.body["missing_members"] for a in after
+    ]
 
     # Serve replaces the replica; the member answers in the ensemble again.
     def rejoined() -> bool:
@@ -173,20 +229,26 @@ def test_feature_store_outage_gives_flagged_fallbacks_then_recovers(
     serve_app, dynalite_server, tmp_path
 ):
     pool, load = load_in_background(serve_app, tmp_path / "locust", seconds=15)
-    with pool:
+    with pool, Prober(serve_app) as prober:
         time.sleep(3)
         dynalite_server.stop()
+        down = time.monotonic()  # the store's process is gone from here on
         try:
-            time.sleep(1)
-            during = [offer(serve_app, player_id(i)).json() for i in range(10, 30)]
+            time.sleep(4)
         finally:
+            back = time.monotonic()  # ... until here (at the earliest)
             dynalite_server.start()
             client = dynalite_server.client(timeout_s=10.0)
             ensure_table(client, TEST_TABLE)  # in-memory: the restarted store is empty
-            seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS, seed=POPULATION_SEED)
+            seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS)
         result = load.result()
-    assert all(b["personalized"] is False for b in during)
-    assert {b["fallback_reason"] for b in during} == {"feature_store_unavailable"}
+    # Every answer given while the store was down (the feature cache is off here) is the
+    # flagged fallback, and none is an error or late.
+    during = prober.between(down, back)
+    assert len(during) >= 10
+    assert all(a.status == 200 for a in during)
+    assert {a.body["fallback_reason"] for a in during} == {"feature_store_unavailable"}
+    assert all(a.received - a.sent < (BUDGET_MS + SLACK_MS) / 1000 for a in during)
     assert_every_request_ended_in_time(result)
 
     # No restart: the breaker lets a trial read through and answers are personalized again.

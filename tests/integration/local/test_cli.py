@@ -1,0 +1,102 @@
+"""The `offers` command (app.local.cli), run as a user would: a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.adapters.dynamodb import PARTITION_KEY, player_key
+from app.local.dynalite import PROJECT_ROOT
+from app.local.seeding import SEED_MARKER_PREFIX
+from models.population import player_id
+
+pytestmark = pytest.mark.integration
+
+OFFERS = Path(sys.executable).with_name("offers")
+
+
+def offers(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(OFFERS), *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def config_for(tmp_path: Path, endpoint: str, table: str, args: dict, **app) -> Path:
+    document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
+    entry = document["applications"][0]
+    entry["runtime_env"]["env_vars"].update(
+        {"OFFERS_DYNAMODB_ENDPOINT_URL": endpoint, "OFFERS_DYNAMODB_TABLE": table}
+    )
+    entry["args"].update(args)
+    entry.update(app)
+    path = tmp_path / "serve_config.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def test_train_writes_to_the_artifacts_root_from_the_environment(tmp_path):
+    root = tmp_path / "artifacts"
+    result = offers(
+        "train", "--game", "galaxy-raiders", "--version", "2026-10", "--profile", "tiny",
+        env={"OFFERS_ARTIFACTS_ROOT": str(root)},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (root / "tiny" / "galaxy-raiders" / "2026-10" / "manifest.json").is_file()
+    assert "ensemble AUC" in result.stdout and str(root) in result.stdout
+
+
+def test_train_needs_a_version_or_all():
+    result = offers("train", "--game", "galaxy-raiders")
+    assert result.returncode == 2
+    assert "--all" in result.stderr
+
+
+def test_seed_loads_the_configured_table(tmp_path, dynalite_server, tiny_version_dir):
+    table = "player-features-cli"
+    args = {"profile": "tiny", "artifacts_root": str(tiny_version_dir.parents[2])}
+    config = config_for(tmp_path, dynalite_server.endpoint_url, table, args)
+    result = offers("seed", "--config", str(config), "--players", "50")
+    assert result.returncode == 0, result.stderr
+    client = dynalite_server.client()
+    key = {PARTITION_KEY: {"S": player_key("galaxy-raiders", player_id(49))}}
+    assert "Item" in client.get_item(TableName=table, Key=key)
+    marker = {PARTITION_KEY: {"S": f"{SEED_MARKER_PREFIX}#galaxy-raiders"}}
+    assert client.get_item(TableName=table, Key=marker)["Item"]["players"] == {"N": "50"}
+    again = offers("seed", "--config", str(config), "--players", "50")
+    assert again.returncode == 0 and "already seeded" in again.stderr
+
+
+def test_prepare_explains_a_deployment_override_the_layout_does_not_create(
+    tmp_path, tiny_version_dir
+):
+    args = {"profile": "tiny", "artifacts_root": str(tiny_version_dir.parents[2])}
+    config = config_for(
+        tmp_path,
+        "http://127.0.0.1:4567",
+        "player-features",
+        args,
+        deployments=[{"name": "member-xgb-all", "num_replicas": 2}],
+    )
+    result = offers("prepare", "--config", str(config))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "does not create" in result.stderr
+    assert "member-group-0" in result.stderr
+
+
+def test_an_unknown_args_key_is_refused_with_its_name(tmp_path):
+    config = config_for(tmp_path, "http://127.0.0.1:4567", "player-features", {"coalesing": {}})
+    result = offers("prepare", "--config", str(config))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "coalesing" in result.stderr
