@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,15 +112,21 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
             seed_game(client, table, game, PLAYERS)
         # `--block` keeps `ray start` in the foreground as the parent of the cluster's
         # processes, in a session of its own: stopping it (and anything left of its process
-        # tree, by pid) stops this cluster and no other Ray on the host.
+        # tree, by pid) stops this cluster and no other Ray on the host. Its own temp dir
+        # keeps its address file, sessions and sockets away from /tmp/ray, where a stale
+        # address would send a later `serve run` or `ray.init()` to this dead cluster.
+        # (Short path: Ray's unix sockets live under it.)
+        temp_dir = Path(tempfile.mkdtemp(prefix="ray-e2e-", dir="/tmp"))
+        gcs_port = free_port()
         ray = ManagedProcess(
             [
                 str(BIN / "ray"),
                 "start",
                 "--head",
                 "--block",
+                f"--temp-dir={temp_dir}",
                 "--num-cpus=2",
-                f"--port={free_port()}",
+                f"--port={gcs_port}",
                 "--dashboard-host=127.0.0.1",
                 "--dashboard-port=8265",
                 "--disable-usage-stats",
@@ -131,10 +139,11 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
             _wait_for_dashboard(ray)
             cli("serve", "deploy", str(config), "--address", DASHBOARD)
             status = _wait_running([*(a.name for a in apps), "auth-check"])
-            yield apps, status, client, table
+            yield apps, status, client, table, (temp_dir, gcs_port)
         finally:
             cli("serve", "shutdown", "--yes", "--address", DASHBOARD, check=False)
             ray.stop()
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def _wait_for_dashboard(ray: ManagedProcess, timeout_s: float = 120) -> None:
@@ -178,7 +187,7 @@ def post(prefix: str, pid: str, **kwargs) -> requests.Response:
 
 
 def test_serve_deploy_serves_personalized_offers(deployed_cluster):
-    apps, status, _, _ = deployed_cluster
+    apps, status, *_ = deployed_cluster
     for app in apps:
         deployments = status["applications"][app.name]["deployments"]
         manifest = load_manifest(app.args.version_dir())
@@ -194,7 +203,7 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
 
 
 def test_shipped_layout_holds_a_short_load_without_failures(deployed_cluster, tmp_path):
-    apps, _, _, _ = deployed_cluster
+    apps, *_ = deployed_cluster
     app = apps[0]
     result = run_locust(
         LoadTarget(8000, app.route_prefix, app.args.game, PLAYERS),
@@ -214,7 +223,7 @@ def test_shipped_layout_holds_a_short_load_without_failures(deployed_cluster, tm
 
 def test_known_players_are_served_from_the_feature_cache(deployed_cluster):
     """The shipped config caches known players' features for 30 s in the supervisor."""
-    apps, _, client, table = deployed_cluster
+    apps, _, client, table, _ = deployed_cluster
     prefix = apps[0].route_prefix
 
     def key(pid: str) -> dict:
@@ -248,3 +257,11 @@ def test_api_key_is_required_through_serve_when_its_digest_is_configured(deploye
 
 def apps_prefix(deployed_cluster) -> str:
     return deployed_cluster[0][0].route_prefix
+
+
+def test_the_cluster_address_stays_in_its_own_temp_dir(deployed_cluster):
+    """A later `ray.init()` or `serve run` on this host must not find this test's cluster."""
+    temp_dir, gcs_port = deployed_cluster[-1]
+    assert (temp_dir / "ray_current_cluster").read_text().strip().endswith(f":{gcs_port}")
+    shared = Path("/tmp/ray/ray_current_cluster")
+    assert not shared.exists() or not shared.read_text().strip().endswith(f":{gcs_port}")
