@@ -215,7 +215,16 @@ class FeatureStore:
         if self._cache is not None and (item := self._cache.get(player_id)) is not None:
             return item
         if self._batches is not None:
-            item = await self._batches.submit(player_id)
+            try:
+                item = await self._batches.submit(player_id)
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this login itself was cancelled (client gone, deadline)
+                # Only its queued read was: the store is closing (replica shutdown).
+                raise FeatureStoreUnavailable(
+                    "feature store closed (replica shutting down)"
+                ) from None
         else:
             loop = asyncio.get_running_loop()
             item = await loop.run_in_executor(

@@ -50,6 +50,10 @@ class MemberModel:
         return np.asarray(self._predict(matrix), dtype=np.float64)
 
 
+def _one_openmp_thread() -> None:
+    threadpool_limits(limits=1, user_api="openmp")
+
+
 class MemberGroupModel:
     """Several members in one process, scored one after another on the same matrix.
 
@@ -64,8 +68,11 @@ class MemberGroupModel:
             raise ValueError("a member group needs at least one member")
         self.models = tuple(models)
         # One thread: predicts of one group never run concurrently (each is single-threaded
-        # and the replica owns a fraction of a core), and the OpenMP cap holds on it.
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="predict")
+        # and the replica owns a fraction of a core). OpenMP's thread count is per calling
+        # thread, so the cap is set again on this one when it starts.
+        self._executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="predict", initializer=_one_openmp_thread
+        )
 
     def score(self, matrix: np.ndarray) -> np.ndarray:
         """Shape (members, rows), in the group's member order."""

@@ -154,6 +154,14 @@ class Coalescer(Generic[Item, Out]):
             task.cancel()
 
 
+def _why_not_sent(queued: asyncio.Future[_Share]) -> str:
+    if not queued.done():
+        return "timeout"
+    if queued.cancelled():
+        return "shutdown"
+    return type(queued.exception()).__name__
+
+
 @dataclass(frozen=True)
 class _Share:
     """One caller's part of a coalesced fan-out round."""
@@ -189,10 +197,10 @@ class CoalescingScorer:
         except asyncio.CancelledError:
             self._abandon(queued)
             raise
-        if not queued.done() or queued.exception() is not None:
-            # Queued behind full rounds for the whole budget (or the round could not start):
-            # nobody answered in time.
-            why = "timeout" if not queued.done() else type(queued.exception()).__name__
+        if not queued.done() or queued.cancelled() or queued.exception() is not None:
+            # Queued behind full rounds for the whole budget, dropped at shutdown (close()),
+            # or the round could not start: nobody answered in time.
+            why = _why_not_sent(queued)
             self._abandon(queued)
             missing = {name: why for name in self._fanout.member_order}
             return FanoutResult([], missing, budget_s * 1000.0)

@@ -17,6 +17,7 @@ from typing import Protocol
 import numpy as np
 
 from app.core.aggregation import MemberScores
+from app.core.tally_log import TallyLog
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +57,12 @@ class FanoutRound:
     """One matrix in flight to every group. Several callers may each read their own rows of
     it with their own deadline; the round's unfinished work is cancelled when they are done."""
 
-    def __init__(self, groups: Sequence[MemberGroupClient], matrix: np.ndarray) -> None:
+    def __init__(
+        self, groups: Sequence[MemberGroupClient], matrix: np.ndarray, problems: TallyLog
+    ) -> None:
         self.started = time.perf_counter()
         self.rows = matrix.shape[0]
+        self._problems = problems  # failed or malformed group replies, logged as a tally
         self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
         # Validated answers per finished group, computed once however many callers read them.
         self._outcomes: dict[str, _Outcome] = {}
@@ -109,7 +113,7 @@ class FanoutRound:
         if task.cancelled():
             outcome = "timeout"
         elif (exc := task.exception()) is not None:
-            logger.warning("member group %s failed: %s: %s", group.name, type(exc).__name__, exc)
+            self._problems.record(f"{group.name}: {type(exc).__name__}", str(exc))
             outcome = type(exc).__name__
         else:
             outcome = self._shaped(group, task.result())
@@ -122,10 +126,13 @@ class FanoutRound:
         try:
             scores = np.asarray(raw, dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            logger.warning("member group %s returned non-numeric scores: %s", group.name, exc)
+            self._problems.record(f"{group.name}: non-numeric scores", str(exc))
             return "bad_output"
         if scores.shape != (len(group.members), self.rows):
-            logger.warning("member group %s returned shape %s", group.name, scores.shape)
+            expected = (len(group.members), self.rows)
+            self._problems.record(
+                f"{group.name}: wrong shape", f"{scores.shape} instead of {expected}"
+            )
             return "bad_output"
         return scores
 
@@ -152,9 +159,11 @@ class Fanout:
         # Manifest order (groups may hold any subset), so answers are listed and summed in
         # the same order as offline scoring.
         self.member_order = {name: i for i, name in enumerate(member_order or names)}
+        # A dead member fails every round: one line per interval, not one per login.
+        self._problems = TallyLog(logger, "member group failures")
 
     def launch(self, matrix: np.ndarray) -> FanoutRound:
-        return FanoutRound(self.groups, matrix)
+        return FanoutRound(self.groups, matrix, self._problems)
 
     def ordered(self, result: FanoutResult) -> FanoutResult:
         answers = sorted(result.answers, key=lambda a: self.member_order[a.name])

@@ -17,10 +17,10 @@ from app.contract.feature_schema import FeatureValue
 from app.contract.manifest import Manifest
 from app.core.aggregation import weighted_mean
 from app.core.deadline import Deadline
-from app.core.fallback_log import FallbackLog
 from app.core.fanout import EnsembleScorer, FanoutResult
 from app.core.feature_source import FeatureSource, FeatureStoreUnavailable
 from app.core.offers import OfferCatalog, OfferDecision
+from app.core.tally_log import TallyLog
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class OfferService:
         self._budget_ms = request_budget_ms
         self._quorum = quorum
         self._total_weight = sum(e.weight for e in manifest.members)
-        self._fallbacks = FallbackLog(logger)
+        self._fallbacks = TallyLog(logger, "fallback answers")
 
     @property
     def game(self) -> str:
@@ -109,6 +109,7 @@ class OfferService:
         """
         if query.game != self.game:
             raise UnknownGame(query.game)
+        self._fallbacks.tick()
         budget_ms = self._budget_ms
         if query.deadline_ms is not None:
             budget_ms = min(budget_ms, query.deadline_ms)
@@ -149,6 +150,10 @@ class OfferService:
             )
         decision = self.catalog.decide(weighted_mean(result.answers))
         return self._answer(request_id, decision, None, result, deadline, features_ms)
+
+    def close(self) -> None:
+        """Write the pending fallback tally (replica shutdown)."""
+        self._fallbacks.flush()
 
     async def warm_up(self, budget_s: float) -> FanoutResult:
         """Route one candidate matrix (schema defaults) through every member.

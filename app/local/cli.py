@@ -73,10 +73,7 @@ def prepare(apps: list[ConfiguredApp]) -> None:
     for app in apps:
         started = time.perf_counter()
         folder = ensure_trained(
-            app.args.game,
-            app.args.version,
-            app.args.profile,
-            root=app.args.artifacts_root or get_settings().artifacts_root,
+            app.args.game, app.args.version, app.args.profile, root=app.artifacts_root
         )
         log.info("models ready: %s (%.1fs)", folder, time.perf_counter() - started)
         check_deployment_overrides(app)
@@ -94,8 +91,10 @@ def seed(apps: list[ConfiguredApp], client: Any, table: str, players: int) -> No
             log.info("%s players already seeded", game)
 
 
-def run_local(config: Path, apps: list[ConfiguredApp], players: int) -> int:
-    host, port, table = local_endpoint(apps)
+def run_local(
+    apps: list[ConfiguredApp], endpoint: tuple[str, int, str], config: Path, players: int
+) -> int:
+    host, port, table = endpoint
     LOCAL_STATE.mkdir(exist_ok=True)
     dynalite = Dynalite(
         port, LOCAL_STATE / "dynalite", host=host, log_path=LOCAL_STATE / "dynalite.log"
@@ -185,16 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         # A config a user wrote: say what is wrong with it, no traceback.
         print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
         return 2
-    if args.command == "seed":
-        host, port, table = local_endpoint(apps)
-        seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
-        return 0
     try:
-        prepare(apps)
+        host, port, table = local_endpoint(apps)
+        if args.command == "run-local":
+            prepare(apps)
     except ConfigError as exc:
         print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
         return 2
-    return run_local(args.config, apps, args.players)
+    if args.command == "seed":
+        seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
+        return 0
+    return run_local(apps, (host, port, table), args.config, args.players)
 
 
 if __name__ == "__main__":

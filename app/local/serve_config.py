@@ -10,6 +10,7 @@ import yaml
 
 from app.config.app_args import EnsembleAppArgs
 from app.config.settings import Settings
+from app.contract.artifacts import version_dir
 from app.contract.manifest import load_manifest
 from app.serving.member_layout import plan_groups
 
@@ -27,6 +28,16 @@ class ConfiguredApp:
     args: EnsembleAppArgs
     settings: Settings  # the settings its replicas see, from the app's runtime_env env_vars
     deployment_overrides: tuple[str, ...]  # names under the app's `deployments:`
+
+    @property
+    def artifacts_root(self) -> Path:
+        """Where its replicas will look: args first, then their environment's settings."""
+        return self.args.artifacts_root or self.settings.artifacts_root
+
+    def version_dir(self) -> Path:
+        return version_dir(
+            self.artifacts_root, self.args.profile, self.args.game, self.args.version
+        ).resolve()
 
 
 def configured_apps(path: Path) -> list[ConfiguredApp]:
@@ -58,7 +69,7 @@ def check_deployment_overrides(app: ConfiguredApp) -> None:
     Serve itself only finds out while deploying ("Deployment ... does not exist"); this says
     why before anything starts. Needs the trained manifest (the layout depends on it).
     """
-    manifest = load_manifest(app.args.version_dir())
+    manifest = load_manifest(app.version_dir())
     groups = plan_groups(manifest.members, app.args.layout)
     created = ["supervisor", *(g.deployment for g in groups)]
     unknown = [name for name in app.deployment_overrides if name not in created]

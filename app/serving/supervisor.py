@@ -106,3 +106,6 @@ class Supervisor:
         if self._coalescing is not None:
             self._coalescing.close()
         self._store.close()
+        service: OfferService | None = getattr(self, "_service", None)
+        if service is not None:  # None if __init__ failed after creating the store
+            service.close()

@@ -54,10 +54,11 @@ def test_after_the_reset_timeout_exactly_one_trial_goes_through():
         breaker.call(fail)
     clock.now = 5.0
     assert breaker.state == "half-open"
-    breaker.before_call()  # the trial
+    trial = breaker.before_call()
+    assert trial.trial
     with pytest.raises(CircuitOpen):
         breaker.before_call()  # anyone else while the trial runs
-    breaker.record_failure()
+    breaker.record_failure(trial)
     assert breaker.state == "open"  # failed trial: open again for a full timeout
     clock.now = 9.9
     with pytest.raises(CircuitOpen):
@@ -75,3 +76,22 @@ def test_calls_run_concurrently_while_closed():
     with ThreadPoolExecutor(max_workers=n) as pool:
         results = list(pool.map(lambda i: breaker.call(barrier.wait), range(n)))
     assert sorted(results) == list(range(n))  # Barrier.wait returns a distinct index each
+
+
+def test_calls_that_finish_after_the_circuit_opened_do_not_move_it():
+    """Outcomes of calls admitted before the circuit opened describe the store as it was."""
+    clock = Clock()
+    breaker = CircuitBreaker(fail_max=2, reset_timeout_s=5, clock=clock)
+    slow_ok, slow_failing = breaker.before_call(), breaker.before_call()  # still running...
+    for _ in range(2):
+        with pytest.raises(OSError):
+            breaker.call(fail)
+    assert breaker.state == "open"
+    clock.now = 4.0
+    breaker.record_success(slow_ok)  # a late success does not close the open circuit
+    assert breaker.state == "open"
+    breaker.record_failure(slow_failing)  # a late failure does not restart the timeout
+    clock.now = 5.0
+    trial = breaker.before_call()  # half-open at 5 s after opening, as if nothing came late
+    breaker.record_success(trial)
+    assert breaker.state == "closed"

@@ -111,12 +111,13 @@ def test_batched_reads_run_up_to_max_batches_in_flight_at_once():
     features.close()
 
 
-def test_a_store_slower_than_the_budget_gives_a_flagged_answer_at_the_budget():
+@pytest.mark.parametrize("batch_reads", [False, True], ids=["GetItem", "BatchGetItem"])
+def test_a_store_slower_than_the_budget_gives_a_flagged_answer_at_the_budget(batch_reads):
     """A table that answers after 2 s, a 300 ms budget: flagged, in about 300 ms."""
     client = FakeClient(hook=lambda: time.sleep(2.0))
     manifest = small_manifest(weights=(1.0,))
     member = FakeMember("m0", 1.0, lambda m: np.full(m.shape[0], 0.5))
-    features = store(client)
+    features = store(client, dynamodb_batch_reads=batch_reads)
     service = OfferService(manifest, features, Fanout([member]), request_budget_ms=300, quorum=0.5)
     started = time.monotonic()
     answer = asyncio.run(service.recommend(OfferQuery(game=GAME, player_id="p1")))
@@ -150,3 +151,24 @@ def test_closed_store_refuses_reads_as_unavailable_not_as_an_error():
     features.close()
     with pytest.raises(FeatureStoreUnavailable, match="closed"):
         asyncio.run(features.player_row("p1"))
+
+
+def test_a_batched_read_caught_by_shutdown_is_unavailable_not_an_error():
+    release = threading.Event()
+    client = FakeClient(hook=lambda: release.wait(10))
+    features = store(client, dynamodb_batch_reads=True)
+
+    async def read_then_close():
+        read = asyncio.ensure_future(features.player_row("p1"))
+        for _ in range(1000):  # until the BatchGetItem is in flight (at most 10 s)
+            if client.running:
+                break
+            await asyncio.sleep(0.01)
+        features.close()
+        try:
+            return await read
+        finally:
+            release.set()
+
+    with pytest.raises(FeatureStoreUnavailable, match="closed"):
+        asyncio.run(asyncio.wait_for(read_then_close(), 10))

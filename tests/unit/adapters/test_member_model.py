@@ -103,3 +103,20 @@ def test_group_predicts_off_the_event_loop_so_the_loop_keeps_serving():
         group.close()
     assert scores.shape == (1, 3)
     assert predict.thread is not None and predict.thread != loop_thread
+
+
+def test_group_predicts_run_with_one_openmp_thread():
+    """OpenMP's thread count is per thread: the predict thread must be capped too."""
+    saw: list[list[int]] = []
+
+    def predict(matrix: np.ndarray) -> np.ndarray:
+        saw.append([lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "openmp"])
+        return np.full(matrix.shape[0], 0.5)
+
+    HistGradientBoostingClassifier()  # scikit-learn's OpenMP runtime is loaded
+    group = MemberGroupModel([MemberModel(member("m0", 1.0), LoadedArtifact(None, predict, 2))])
+    try:
+        asyncio.run(group.score_many_async([np.zeros((2, 2), np.float32)]))
+    finally:
+        group.close()
+    assert saw and saw[0] and all(n == 1 for n in saw[0])

@@ -313,18 +313,38 @@ def test_a_stuck_member_does_not_stall_later_requests_in_the_queue():
         quick = Group("g0", ["a"], [1.0])
         stuck = Group("g1", ["b"], [1.0], released=False)
         scorer = scorer_for(quick, stuck, max_hold_s=0.05)
-        first = asyncio.ensure_future(scorer.score(rows(0.1), 10.0))
+        first = asyncio.ensure_future(scorer.score(rows(0.1), 30.0))
         await until(lambda: stuck.calls == [1])
-        # Queued behind a round that will never finish: it still goes out after max_hold_s
-        # (a queued request that never went out would have *every* member missing).
-        later = await scorer.score(rows(0.2), 0.5)
-        first.cancel()
-        return quick, later
+        later = asyncio.ensure_future(scorer.score(rows(0.2), 30.0))
+        # Queued behind a round that is still stuck, it goes out after max_hold_s anyway:
+        # a second round reaches both groups while the first has not finished.
+        while stuck.calls != [1, 1]:
+            assert not later.done()
+            await asyncio.sleep(0.01)
+        assert not first.done()
+        stuck.gate.set()
+        return quick, await first, await later
 
-    quick, later = run(main())
-    assert [a.name for a in later.answers] == ["a"]
-    assert later.missing == {"b": "timeout"}
+    quick, first, later = run(asyncio.wait_for(main(), 10))
     assert quick.calls == [1, 1]
+    assert [a.name for a in first.answers] == [a.name for a in later.answers] == ["a", "b"]
+
+
+def test_requests_caught_by_shutdown_get_an_answer_not_an_error():
+    async def main():
+        slow = Group("g0", ["a"], [1.0], released=False)
+        scorer = scorer_for(slow, max_hold_s=10.0)
+        running = asyncio.ensure_future(scorer.score(rows(0.1), 10.0))
+        await until(lambda: slow.calls == [1])
+        queued = asyncio.ensure_future(scorer.score(rows(0.2), 10.0))
+        await asyncio.sleep(0)
+        scorer.close()  # replica shutdown
+        return slow, await running, await queued
+
+    slow, running, queued = run(asyncio.wait_for(main(), 10))
+    assert running.missing == {"a": "timeout"}  # its round was cancelled
+    assert queued.missing == {"a": "shutdown"}  # it never went out
+    assert slow.cancelled == 1
 
 
 def test_one_logins_bad_rows_leave_the_member_out_of_that_login_only():

@@ -163,7 +163,10 @@ def test_cancelled_request_cancels_member_work():
 
     async def disconnect_midway():
         task = asyncio.ensure_future(service.recommend(request()))
-        await asyncio.sleep(0.05)
+        for _ in range(100):  # a few loop turns, until both members are working
+            if all(member.calls for member in slow):
+                break
+            await asyncio.sleep(0)
         task.cancel()  # what Serve does when the HTTP client goes away
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -26,9 +26,11 @@ def test_supervisor_shutdown_closes_the_feature_store_and_the_coalescer_once():
     cls = Supervisor.func_or_class
     replica = cls.__new__(cls)  # the state __init__ leaves behind, without Ray
     replica._store, replica._coalescing, replica._closed = Closable(), Closable(), False
+    replica._service = Closable()  # writes its pending fallback tally
     asyncio.run(replica.__del__())
     asyncio.run(replica.__del__())  # a second call (the garbage collector) does nothing
-    assert (replica._store.closed, replica._coalescing.closed) == (1, 1)
+    closed = (replica._store.closed, replica._coalescing.closed, replica._service.closed)
+    assert closed == (1, 1, 1)
 
 
 def test_supervisor_that_never_finished_starting_shuts_down_quietly():
