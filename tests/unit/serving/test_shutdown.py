@@ -9,7 +9,12 @@ import pytest
 from app.serving.member_group import MemberGroupDeployment
 from app.serving.supervisor import Supervisor
 
-pytestmark = pytest.mark.unit
+pytestmark = [
+    pytest.mark.unit,
+    # Serve's ingress wrapper makes __del__ async; when the garbage collector later calls it
+    # on these test objects, Python warns that the coroutine was never awaited.
+    pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning"),
+]
 
 
 class Closable:
