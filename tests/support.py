@@ -79,6 +79,9 @@ class FakeFeatureStore:
         self._players = players
         self.fail = fail
 
+    def cached_row(self, player_id, overrides=None):
+        return None  # no cache: every login reads
+
     async def player_row(self, player_id, overrides=None):
         if self.fail:
             raise FeatureStoreUnavailable("EndpointConnectionError: connection refused")

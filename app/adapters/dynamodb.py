@@ -235,6 +235,15 @@ class FeatureStore:
             self._cache[player_id] = item
         return item
 
+    def cached_row(
+        self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None
+    ) -> np.ndarray | None:
+        """The player's row from the TTL cache, or None if it is not cached (no I/O)."""
+        if self._closed or self._cache is None:
+            return None
+        item = self._cache.get(player_id)
+        return None if item is None else self._schema.decode_item(item, overrides)
+
     async def player_row(
         self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None
     ) -> np.ndarray | None:

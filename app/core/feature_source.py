@@ -15,6 +15,12 @@ class FeatureStoreUnavailable(RuntimeError):
 
 
 class FeatureSource(Protocol):
+    def cached_row(
+        self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None
+    ) -> np.ndarray | None:
+        """The player's row if the store holds it in memory right now, else None (no I/O)."""
+        ...
+
     async def player_row(
         self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None
     ) -> np.ndarray | None:

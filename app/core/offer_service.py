@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import numpy as np
+
 from app.contract.feature_schema import FeatureValue
 from app.contract.manifest import Manifest
 from app.core.aggregation import weighted_mean
@@ -117,22 +119,10 @@ class OfferService:
         request_id = query.request_id or uuid.uuid4().hex
 
         reason: FallbackReason | None = None
-        try:
-            # The read gets what is left of the budget, no more: a slow (not down) table must
-            # not hold the login past its deadline and then blame the members for it.
-            row = await asyncio.wait_for(
-                self._features.player_row(query.player_id, query.overrides),
-                timeout=deadline.remaining_s(),
-            )
-        except FeatureStoreUnavailable as exc:
-            row, reason = None, FallbackReason.FEATURE_STORE_UNAVAILABLE
-            self._fallbacks.record(reason, str(exc))
-        except TimeoutError:
-            row, reason = None, FallbackReason.FEATURE_STORE_UNAVAILABLE
-            self._fallbacks.record(reason, f"no feature read within {budget_ms:.0f} ms")
-        else:
-            if row is None:
-                reason = FallbackReason.UNKNOWN_PLAYER
+        # A cached row is taken at once: no read, and no trip through the event loop.
+        row = self._features.cached_row(query.player_id, query.overrides)
+        if row is None:
+            row, reason = await self._read_row(query, deadline, budget_ms)
         features_ms = deadline.elapsed_ms()
 
         if row is None:
@@ -150,6 +140,25 @@ class OfferService:
             )
         decision = self.catalog.decide(weighted_mean(result.answers))
         return self._answer(request_id, decision, None, result, deadline, features_ms)
+
+    async def _read_row(
+        self, query: OfferQuery, deadline: Deadline, budget_ms: float
+    ) -> tuple[np.ndarray | None, FallbackReason | None]:
+        try:
+            # The read gets what is left of the budget, no more: a slow (not down) table must
+            # not hold the login past its deadline and then blame the members for it.
+            row = await asyncio.wait_for(
+                self._features.player_row(query.player_id, query.overrides),
+                timeout=deadline.remaining_s(),
+            )
+        except FeatureStoreUnavailable as exc:
+            self._fallbacks.record(FallbackReason.FEATURE_STORE_UNAVAILABLE, str(exc))
+            return None, FallbackReason.FEATURE_STORE_UNAVAILABLE
+        except TimeoutError:
+            detail = f"no feature read within {budget_ms:.0f} ms"
+            self._fallbacks.record(FallbackReason.FEATURE_STORE_UNAVAILABLE, detail)
+            return None, FallbackReason.FEATURE_STORE_UNAVAILABLE
+        return row, None if row is not None else FallbackReason.UNKNOWN_PLAYER
 
     def close(self) -> None:
         """Write the pending fallback tally (replica shutdown)."""

@@ -172,3 +172,16 @@ def test_a_batched_read_caught_by_shutdown_is_unavailable_not_an_error():
 
     with pytest.raises(FeatureStoreUnavailable, match="closed"):
         asyncio.run(asyncio.wait_for(read_then_close(), 10))
+
+
+def test_cached_row_answers_from_memory_only_after_a_read():
+    client = FakeClient()
+    features = store(client, feature_cache_ttl_s=30)
+    assert features.cached_row("p1") is None  # never read: no I/O to find out
+    row = asyncio.run(features.player_row("p1"))
+    cached = features.cached_row("p1", {"platform": "ios"})
+    assert cached is not None and cached[0] == row[0] == 7
+    assert cached[2] == 1.0  # the request's override applies to the cached item too
+    assert len(client.calls) == 1
+    features.close()
+    assert features.cached_row("p1") is None  # closed: nothing is served any more

@@ -284,6 +284,10 @@ class SlowStore:
         self._schema = schema
         self.delay_s = delay_s
         self.cancelled = False
+        self.cached: dict[str, np.ndarray] = {}
+
+    def cached_row(self, player_id, overrides=None):
+        return self.cached.get(player_id)
 
     async def player_row(self, player_id, overrides=None):
         try:
@@ -320,3 +324,15 @@ def test_an_outage_logs_a_tally_not_a_line_per_login(caplog):
     assert all(a.fallback_reason == FallbackReason.FEATURE_STORE_UNAVAILABLE for a in answers)
     fallback_lines = [r for r in caplog.records if "fallback" in r.getMessage()]
     assert 1 <= len(fallback_lines) <= 2, [r.getMessage() for r in fallback_lines]
+
+
+def test_a_cached_row_is_used_without_reading_the_store():
+    manifest = small_manifest(weights=(1.0,))
+    store = SlowStore(manifest.feature_schema, delay_s=2.0)  # a read would time out
+    store.cached["whale"] = manifest.feature_schema.encode_record(PLAYERS["whale"])
+    member = FakeMember("m0", 1.0, constant([0.3, 0.3, 0.3]))
+    service = OfferService(manifest, store, Fanout([member]), request_budget_ms=300, quorum=0.5)
+    answer = run(service.recommend(request()))
+    assert answer.personalized is True
+    assert store.cancelled is False  # the slow read was never started
+    np.testing.assert_array_equal(member.calls[0][0, :3], [80, 120, 1])
