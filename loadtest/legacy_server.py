@@ -29,6 +29,7 @@ from app.api.routes import build_http_api
 from app.config.app_args import EnsembleAppArgs
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
+from app.core.admission import AdmissionGate
 from app.core.aggregation import MemberScores
 from app.core.fanout import FanoutResult
 from app.core.offer_service import OfferService
@@ -80,5 +81,7 @@ def create_app() -> FastAPI:
     )
     # Same URL layout as the Serve application, so one locustfile drives both systems.
     root = FastAPI(title="Dynamic Offers (legacy baseline)", docs_url=None, redoc_url=None)
-    root.mount(f"/{manifest.game}/{manifest.version}", build_http_api(service))
+    # The legacy pods had no admission control: a gate no load here reaches.
+    api = build_http_api(service, admission=AdmissionGate(1_000_000), retry_after_s=1.0)
+    root.mount(f"/{manifest.game}/{manifest.version}", api)
     return root

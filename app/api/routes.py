@@ -7,10 +7,15 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Security
+from fastapi import Depends, FastAPI, Header, HTTPException, Request, Security
 from fastapi.security import APIKeyHeader
 from pydantic import SecretStr
 
+from app.api.admission import (
+    ARRIVAL_STATE_KEY,
+    AdmissionMiddleware,
+    refusal_headers,
+)
 from app.api.schemas import (
     REQUEST_ID_PATTERN,
     EnsembleInfo,
@@ -24,7 +29,14 @@ from app.api.schemas import (
 )
 from app.contract.feature_schema import FeatureValue
 from app.contract.manifest import Manifest, Offer
-from app.core.offer_service import OfferAnswer, OfferQuery, OfferService, UnknownGame
+from app.core.admission import AdmissionGate, EdgeArrival
+from app.core.offer_service import (
+    BudgetSpentBeforeStart,
+    OfferAnswer,
+    OfferQuery,
+    OfferService,
+    UnknownGame,
+)
 
 API_KEY_HEADER = "X-API-Key"
 # A login request is a few hundred bytes; anything near this is not a game server talking.
@@ -63,11 +75,21 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorBody, "description": "body is not readable text (e.g. not UTF-8)"},
     401: {"model": ErrorBody, "description": "missing or wrong API key (when auth is on)"},
     413: {"model": ErrorBody, "description": f"body larger than {MAX_BODY_BYTES} bytes"},
-    503: {"description": "overloaded; retry after the Retry-After header's seconds"},
+    503: {
+        "model": ErrorBody,
+        "description": "overloaded, or the request's budget was spent before it got here; "
+        "retry after the Retry-After header's seconds",
+    },
 }
 
 
-def build_http_api(service: OfferService, *, api_key_sha256: SecretStr | None = None) -> FastAPI:
+def build_http_api(
+    service: OfferService,
+    *,
+    admission: AdmissionGate,
+    retry_after_s: float,
+    api_key_sha256: SecretStr | None = None,
+) -> FastAPI:
     # The key check (and its security scheme in the OpenAPI document) only when auth is on.
     authenticated = [Depends(api_key_check(api_key_sha256))] if api_key_sha256 else []
     api = FastAPI(
@@ -76,6 +98,7 @@ def build_http_api(service: OfferService, *, api_key_sha256: SecretStr | None = 
         description=API_DESCRIPTION,
         max_body_size=MAX_BODY_BYTES,
     )
+    api.add_middleware(AdmissionMiddleware, gate=admission, retry_after_s=retry_after_s)
 
     @api.post(
         "/v1/offers",
@@ -85,6 +108,7 @@ def build_http_api(service: OfferService, *, api_key_sha256: SecretStr | None = 
         dependencies=authenticated,
     )
     async def create_offer(
+        request: Request,
         body: OfferRequest,
         x_request_id: Annotated[
             str | None,
@@ -94,8 +118,13 @@ def build_http_api(service: OfferService, *, api_key_sha256: SecretStr | None = 
             ),
         ] = None,
     ) -> OfferResponse:
+        arrival: EdgeArrival | None = getattr(request.state, ARRIVAL_STATE_KEY, None)
         try:
-            answer = await service.recommend(to_query(body, x_request_id))
+            answer = await service.recommend(to_query(body, x_request_id, arrival))
+        except BudgetSpentBeforeStart as exc:
+            raise HTTPException(
+                status_code=503, detail=str(exc), headers=refusal_headers(retry_after_s)
+            ) from None
         except UnknownGame:
             raise HTTPException(
                 status_code=404,
@@ -121,7 +150,9 @@ def build_http_api(service: OfferService, *, api_key_sha256: SecretStr | None = 
     return api
 
 
-def to_query(body: OfferRequest, request_id: str | None) -> OfferQuery:
+def to_query(
+    body: OfferRequest, request_id: str | None, arrival: EdgeArrival | None = None
+) -> OfferQuery:
     overrides: dict[str, FeatureValue] = {}
     if body.context is not None and body.context.platform is not None:
         overrides["platform"] = body.context.platform
@@ -131,6 +162,7 @@ def to_query(body: OfferRequest, request_id: str | None) -> OfferQuery:
         overrides=overrides,
         deadline_ms=body.deadline_ms,
         request_id=request_id,
+        started=arrival.started if arrival is not None else None,
     )
 
 

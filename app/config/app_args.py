@@ -101,6 +101,18 @@ class BatchingConfig(_Strict):
     batch_wait_timeout_s: float = Field(default=0.0, ge=0, le=1)
 
 
+class AdmissionConfig(_Strict):
+    """How many logins one supervisor replica takes on at once (app.core.admission)."""
+
+    max_in_flight: int = Field(
+        default=16,
+        ge=1,
+        description="logins held by one supervisor replica; the next one gets an immediate "
+        "503 with Retry-After. Must stay below the supervisor's max_ongoing_requests, so "
+        "Serve never queues a login before its budget starts.",
+    )
+
+
 class FaultInjection(_Strict):
     """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
 
@@ -136,6 +148,7 @@ class EnsembleAppArgs(_Strict):
         "personalized offer; below it the answer is the fallback (reason `quorum`)",
     )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After on 503")
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     supervisor: DeploymentArgs = Field(default_factory=lambda: SUPERVISOR_DEFAULTS)
     members: DeploymentArgs = Field(default_factory=lambda: MEMBER_DEFAULTS)
     # Per member deployment (`member-<name>` or `member-group-<i>`, after `layout`): changes
@@ -162,6 +175,13 @@ class EnsembleAppArgs(_Strict):
                 f"batching.max_batch_rows ({self.batching.max_batch_rows}): a coalesced "
                 "fan-out would be larger than any member batch, every member call would fail "
                 "and every login would get a fallback. Lower max_rows or raise max_batch_rows."
+            )
+        if self.admission.max_in_flight >= self.supervisor.max_ongoing_requests:
+            raise ValueError(
+                f"admission.max_in_flight ({self.admission.max_in_flight}) must be below "
+                f"supervisor.max_ongoing_requests ({self.supervisor.max_ongoing_requests}): "
+                "otherwise logins wait in Serve's queue, where their budget does not run, "
+                "instead of being refused at once"
             )
         for name, changes in self.member_deployments.items():
             self.members.updated(changes)  # each entry must be valid on its own

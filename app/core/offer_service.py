@@ -31,6 +31,17 @@ class UnknownGame(LookupError):
     """The request names a game this application does not serve."""
 
 
+class BudgetSpentBeforeStart(RuntimeError):
+    """The login waited in front of the service for its whole budget: too late to answer."""
+
+    def __init__(self, waited_ms: float, budget_ms: float) -> None:
+        super().__init__(
+            f"the request waited {waited_ms:.0f} ms before reaching the service, "
+            f"past its {budget_ms:.0f} ms budget"
+        )
+        self.waited_ms = waited_ms
+
+
 class FallbackReason(StrEnum):
     UNKNOWN_PLAYER = "unknown_player"
     # Error, throttling, open circuit, or no answer within the request's budget.
@@ -51,6 +62,10 @@ class OfferQuery:
     # The caller's own budget; the service uses the tighter of this and its own.
     deadline_ms: float | None = None
     request_id: str | None = None
+    # When the login reached the edge, on time.perf_counter()'s clock (the ingress stamps it,
+    # counting any wait a front proxy reports). The budget runs from there, not from when
+    # the service first sees the query. None: from now.
+    started: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,7 @@ class OfferService:
 
         Raises:
             UnknownGame: the query's game is not this application's game.
+            BudgetSpentBeforeStart: the whole budget went before the query got here.
         """
         if query.game != self.game:
             raise UnknownGame(query.game)
@@ -115,7 +131,13 @@ class OfferService:
         budget_ms = self._budget_ms
         if query.deadline_ms is not None:
             budget_ms = min(budget_ms, query.deadline_ms)
-        deadline = Deadline.start(budget_ms)
+        deadline = (
+            Deadline.start(budget_ms)
+            if query.started is None
+            else Deadline(query.started, budget_ms / 1000.0)
+        )
+        if deadline.remaining_s() <= 0.0:
+            raise BudgetSpentBeforeStart(deadline.elapsed_ms(), budget_ms)
         request_id = query.request_id or uuid.uuid4().hex
 
         reason: FallbackReason | None = None

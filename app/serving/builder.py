@@ -56,7 +56,8 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
     }
     supervisor = _deployment(Supervisor).options(
         **args.supervisor.to_options(SUPERVISOR_DEPLOYMENT),
-        # Overload is an explicit, retryable answer: 503 + Retry-After from the proxy.
+        # Overload is an explicit, retryable answer: 503 + Retry-After. The supervisor's own
+        # admission gate (args.admission) refuses first; this is Serve's backstop behind it.
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
     )
     config = SupervisorConfig(
@@ -65,6 +66,8 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         quorum=args.quorum,
         groups={g.deployment: [e.name for e in g.members] for g in groups},
         coalescing=args.coalescing,
+        max_in_flight=args.admission.max_in_flight,
+        retry_after_s=args.retry_after_s,
     )
     app: Application = supervisor.bind(config, deployments)
     return app

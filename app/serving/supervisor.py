@@ -16,6 +16,7 @@ from app.api.routes import build_http_api
 from app.config.app_args import CoalescingConfig
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
+from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import EnsembleScorer, Fanout
 from app.core.offer_service import OfferService
@@ -36,6 +37,8 @@ class SupervisorConfig(BaseModel):
     # deployment name -> names of the members it hosts (app.serving.member_layout)
     groups: dict[str, list[str]]
     coalescing: CoalescingConfig
+    max_in_flight: int = Field(ge=1)
+    retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
 
 
@@ -73,6 +76,8 @@ class Supervisor:
                 max_in_flight=config.coalescing.max_in_flight,
                 max_hold_s=config.coalescing.max_hold_ms / 1000.0,
             )
+        self._admission = AdmissionGate(config.max_in_flight)
+        self._retry_after_s = config.retry_after_s
         settings = get_settings()
         self._api_key_sha256 = settings.api_key_sha256
         self._store = FeatureStore(settings, manifest.feature_schema, manifest.game)
@@ -95,7 +100,12 @@ class Supervisor:
             )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        return build_http_api(self._service, api_key_sha256=self._api_key_sha256)
+        return build_http_api(
+            self._service,
+            admission=self._admission,
+            retry_after_s=self._retry_after_s,
+            api_key_sha256=self._api_key_sha256,
+        )
 
     def __del__(self) -> None:
         # Serve calls this once on graceful shutdown, on the replica's event-loop thread; the

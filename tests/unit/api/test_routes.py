@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from app.api.routes import build_http_api
+from app.core.admission import AdmissionGate
 from app.core.fanout import Fanout
 from app.core.offer_service import OfferService
 from tests.support import FakeFeatureStore, FakeMember, small_manifest
@@ -22,6 +23,8 @@ def api(**kwargs):
     manifest = small_manifest(weights=(1.0,))
     store = FakeFeatureStore(manifest.feature_schema, {"p1": {"level": 5, "platform": "ios"}})
     service = OfferService(manifest, store, Fanout([MEMBER]), request_budget_ms=500, quorum=0.5)
+    kwargs.setdefault("admission", AdmissionGate(100))
+    kwargs.setdefault("retry_after_s", 1.0)
     return build_http_api(service, **kwargs)
 
 
@@ -201,3 +204,47 @@ def test_settings_accept_only_a_hex_digest_as_the_key():
     assert Settings(api_key_sha256=KEY_SHA256).api_key_sha256.get_secret_value() == KEY_SHA256
     with pytest.raises(ValueError):
         Settings(api_key_sha256=KEY)  # the key itself, not its digest
+
+
+def test_a_login_past_the_admission_bound_is_refused_at_once_with_retry_after():
+    gate = AdmissionGate(1)
+    assert gate.try_enter()  # another login holds the only slot
+    with TestClient(api(admission=gate, retry_after_s=2.5)) as client:
+        response = client.post("/v1/offers", json={"player_id": "p1", "game": "test-game"})
+        assert response.status_code == 503
+        assert response.headers["Retry-After"] == "3"  # whole seconds, rounded up
+        assert "overloaded" in response.json()["detail"]
+        # Only logins are gated: health and the ensemble description still answer.
+        assert client.get("/healthz").status_code == 200
+        gate.leave()
+        assert (
+            client.post("/v1/offers", json={"player_id": "p1", "game": "test-game"}).status_code
+            == 200
+        )
+    assert (gate.in_flight, gate.refused) == (0, 1)
+
+
+def test_the_budget_starts_at_the_front_proxy_stamp():
+    import time
+
+    with TestClient(api()) as client:
+        # The front proxy says the request reached it 0.3 s ago: of the 500 ms budget,
+        # about 200 ms are left when the service starts, and total_ms counts from the stamp.
+        stamp = f"t={time.time() - 0.3:.6f}"
+        body = client.post(
+            "/v1/offers",
+            json={"player_id": "p1", "game": "test-game"},
+            headers={"X-Request-Start": stamp},
+        ).json()
+        assert body["personalized"] is True
+        assert 300.0 <= body["timings"]["total_ms"] < 500.0
+
+        # A request that waited past its whole budget is refused, not answered late.
+        late = client.post(
+            "/v1/offers",
+            json={"player_id": "p1", "game": "test-game"},
+            headers={"X-Request-Start": f"t={time.time() - 0.6:.6f}"},
+        )
+        assert late.status_code == 503
+        assert late.headers["Retry-After"] == "1"
+        assert "waited" in late.json()["detail"]

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from app.config.app_args import (
     MEMBER_DEFAULTS,
     SUPERVISOR_DEFAULTS,
+    AdmissionConfig,
     BatchingConfig,
     CoalescingConfig,
     EnsembleAppArgs,
@@ -28,6 +29,7 @@ BASE = {"game": "galaxy-raiders", "version": "2026-11"}
         {**BASE, "colour": "blue"},
         {**BASE, "batching": {"max_batch_rows": 64, "max_batch_size": 64}},
         {**BASE, "coalescing": {"max_inflight": 2}},
+        {**BASE, "admission": {"max_inflight": 2}},
         {**BASE, "layout": {"group": 2}},
         {**BASE, "faults": {"slow_member_ms": {}}},
         {**BASE, "supervisor": {"cpus": 1}},
@@ -41,7 +43,15 @@ def test_unknown_keys_are_rejected_at_every_level(args):
 
 
 @pytest.mark.parametrize(
-    "model", [BatchingConfig, CoalescingConfig, MemberLayout, FaultInjection, MemberGroupConfig]
+    "model",
+    [
+        AdmissionConfig,
+        BatchingConfig,
+        CoalescingConfig,
+        MemberLayout,
+        FaultInjection,
+        MemberGroupConfig,
+    ],
 )
 def test_every_part_forbids_extra_keys(model):
     assert model.model_config.get("extra") == "forbid"
@@ -84,3 +94,13 @@ def test_the_quorum_default_lives_in_the_args_only():
             groups={},
             coalescing=CoalescingConfig(),
         )
+
+
+def test_admission_must_stay_below_the_supervisors_max_ongoing_requests():
+    # Otherwise Serve would queue logins before the gate, where no budget runs.
+    with pytest.raises(ValidationError, match=r"admission.max_in_flight \(64\) must be below"):
+        EnsembleAppArgs.model_validate(
+            {**BASE, "admission": {"max_in_flight": 64}, "supervisor": {"max_ongoing_requests": 64}}
+        )
+    args = EnsembleAppArgs.model_validate({**BASE, "admission": {"max_in_flight": 63}})
+    assert args.admission.max_in_flight < args.supervisor.max_ongoing_requests

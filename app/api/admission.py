@@ -1,0 +1,79 @@
+"""The supervisor's front door: stamp each login's arrival, refuse it at once past the gate.
+
+A raw ASGI middleware rather than a route dependency: a refusal must cost microseconds, so it
+is decided before FastAPI reads or validates the body, and the stamp is taken before anything
+else this replica does for the request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.core.admission import AdmissionGate, EdgeArrival, parse_request_start
+
+OFFERS_PATH_SUFFIX = "/v1/offers"
+ARRIVAL_STATE_KEY = "edge_arrival"
+REQUEST_START_HEADER = b"x-request-start"
+
+
+def retry_after_value(retry_after_s: float) -> str:
+    # The header takes whole seconds; round up so a caller never comes back too early.
+    return str(max(math.ceil(retry_after_s), 0))
+
+
+def refusal_headers(retry_after_s: float) -> dict[str, str]:
+    return {"Retry-After": retry_after_value(retry_after_s)}
+
+
+class AdmissionMiddleware:
+    def __init__(self, app: ASGIApp, *, gate: AdmissionGate, retry_after_s: float) -> None:
+        self.app = app
+        self.gate = gate
+        self._refusal_body = json.dumps(
+            {
+                "detail": "overloaded: this replica holds as many logins as it can answer in "
+                "time; retry after the Retry-After header's seconds"
+            }
+        ).encode()
+        self._refusal_headers = [
+            (b"content-type", b"application/json"),
+            (b"retry-after", retry_after_value(retry_after_s).encode()),
+            (b"content-length", str(len(self._refusal_body)).encode()),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not scope["path"].endswith(OFFERS_PATH_SUFFIX)
+        ):
+            await self.app(scope, receive, send)
+            return
+        arrived = time.perf_counter()
+        if not self.gate.try_enter():
+            await send(
+                {"type": "http.response.start", "status": 503, "headers": self._refusal_headers}
+            )
+            await send({"type": "http.response.body", "body": self._refusal_body})
+            return
+        try:
+            waited = parse_request_start(_header(scope, REQUEST_START_HEADER), time.time())
+            state: dict[str, Any] = scope.setdefault("state", {})
+            state[ARRIVAL_STATE_KEY] = EdgeArrival(
+                started=arrived - (waited or 0.0), waited_before_ms=(waited or 0.0) * 1000.0
+            )
+            await self.app(scope, receive, send)
+        finally:
+            self.gate.leave()
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None

@@ -1,0 +1,77 @@
+"""Admission: how many logins one supervisor replica takes on at once, and when one started.
+
+Every accepted login is answered within its budget (the deadline cuts the feature read and
+the fan-out short, and the answer falls back), but only while the replica's event loop keeps
+up. Logins past the point where it cannot only add loop lag and queueing that no budget
+sees. The gate refuses them in microseconds, with a retryable 503, so the accepted ones stay
+on time and the caller learns at once that it should back off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# A front proxy's arrival stamp this far in the past (or future) is clock skew or a bad
+# header, not queueing; it is ignored rather than trusted.
+MAX_EDGE_WAIT_S = 60.0
+
+
+class AdmissionGate:
+    """A bound on the logins in flight in one replica (one event loop: no lock needed)."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
+        self.in_flight = 0
+        self.admitted = 0
+        self.refused = 0
+
+    def try_enter(self) -> bool:
+        if self.in_flight >= self.max_in_flight:
+            self.refused += 1
+            return False
+        self.in_flight += 1
+        self.admitted += 1
+        return True
+
+    def leave(self) -> None:
+        if self.in_flight <= 0:
+            raise RuntimeError("AdmissionGate.leave() without a matching try_enter()")
+        self.in_flight -= 1
+
+
+@dataclass(frozen=True)
+class EdgeArrival:
+    """When a login reached the service's edge, on the replica's monotonic clock."""
+
+    # time.perf_counter() when the replica saw the request, minus any wait a front proxy
+    # reported before it (X-Request-Start).
+    started: float
+    waited_before_ms: float
+
+
+def parse_request_start(value: str | None, now_unix_s: float) -> float | None:
+    """Seconds a front proxy says the request waited before it reached us, or None.
+
+    `X-Request-Start` as nginx (`t=${msec}`), HAProxy (`t=%Ts%ms`) and Heroku-style routers
+    write it: unix time in seconds (with a fraction), milliseconds or microseconds, with an
+    optional `t=` prefix. The unit is told apart by magnitude.
+    """
+    if not value:
+        return None
+    text = value.strip()
+    if text.startswith("t="):
+        text = text[2:]
+    try:
+        stamp = float(text)
+    except ValueError:
+        return None
+    if stamp > 1e14:  # microseconds
+        stamp /= 1e6
+    elif stamp > 1e11:  # milliseconds
+        stamp /= 1e3
+    waited = now_unix_s - stamp
+    if not -MAX_EDGE_WAIT_S < waited < MAX_EDGE_WAIT_S:
+        return None
+    return max(waited, 0.0)
