@@ -106,6 +106,7 @@ class FeatureStore:
             if settings.feature_cache_ttl_s > 0
             else None
         )
+        self._reads: dict[str, asyncio.Future[Item | None]] = {}
         self._batches: Coalescer[str, Item | None] | None = (
             Coalescer(
                 self._read_batch,
@@ -214,22 +215,36 @@ class FeatureStore:
             raise FeatureStoreUnavailable("feature store closed (replica shutting down)")
         if self._cache is not None and (item := self._cache.get(player_id)) is not None:
             return item
-        if self._batches is not None:
-            try:
+        # Single flight: logins of one player that miss the cache together share one read
+        # (a hot player is read once per TTL, not once per login). The read is a task of its
+        # own, shielded, so one login giving up (deadline, client gone) does not cancel it
+        # for the others.
+        read = self._reads.get(player_id)
+        if read is None:
+            read = asyncio.ensure_future(self._read(player_id))
+            self._reads[player_id] = read
+            read.add_done_callback(lambda done: self._read_done(player_id, done))
+        return await asyncio.shield(read)
+
+    def _read_done(self, player_id: str, read: asyncio.Future[Item | None]) -> None:
+        if self._reads.get(player_id) is read:
+            del self._reads[player_id]
+        if not read.cancelled():
+            read.exception()  # retrieved here, so no waiter left is not an unhandled error
+
+    async def _read(self, player_id: str) -> Item | None:
+        try:
+            if self._batches is not None:
                 item = await self._batches.submit(player_id)
-            except asyncio.CancelledError:
-                current = asyncio.current_task()
-                if current is not None and current.cancelling():
-                    raise  # this login itself was cancelled (client gone, deadline)
-                # Only its queued read was: the store is closing (replica shutdown).
-                raise FeatureStoreUnavailable(
-                    "feature store closed (replica shutting down)"
-                ) from None
-        else:
-            loop = asyncio.get_running_loop()
-            item = await loop.run_in_executor(
-                self._executor, self._guarded, self._get_item, player_id
-            )
+            else:
+                loop = asyncio.get_running_loop()
+                item = await loop.run_in_executor(
+                    self._executor, self._guarded, self._get_item, player_id
+                )
+        except asyncio.CancelledError:
+            # No login cancels this task (they wait on it through a shield): its queued read
+            # or thread was cancelled because the store is closing (replica shutdown).
+            raise FeatureStoreUnavailable("feature store closed (replica shutting down)") from None
         # Unknown players are not cached: one may register and get features any moment.
         if item is not None and self._cache is not None:
             self._cache[player_id] = item

@@ -185,3 +185,30 @@ def test_cached_row_answers_from_memory_only_after_a_read():
     assert len(client.calls) == 1
     features.close()
     assert features.cached_row("p1") is None  # closed: nothing is served any more
+
+
+@pytest.mark.parametrize("batch_reads", [False, True], ids=["GetItem", "BatchGetItem"])
+def test_a_hot_player_missing_the_cache_is_read_once_for_all_concurrent_logins(batch_reads):
+    release = threading.Event()
+    client = FakeClient(hook=lambda: release.wait(10))
+    features = store(client, dynamodb_batch_reads=batch_reads, feature_cache_ttl_s=30)
+
+    async def logins():
+        first = [asyncio.ensure_future(features.player_row("hot")) for _ in range(20)]
+        # Spread over several loop turns (several batches, if batching), all while the first
+        # read is still in DynamoDB.
+        for _ in range(5):
+            first.append(asyncio.ensure_future(features.player_row("hot")))
+            await asyncio.sleep(0.01)
+        # One login giving up must not cancel the read the others wait on.
+        first[0].cancel()
+        release.set()
+        rows = await asyncio.gather(*first[1:])
+        # Later logins are served from the cache.
+        rows.append(await features.player_row("hot"))
+        return rows
+
+    rows = asyncio.run(logins())
+    assert len(client.calls) == 1, client.calls
+    assert all(row is not None and row[0] == 7 for row in rows)
+    features.close()
