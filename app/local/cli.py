@@ -101,6 +101,9 @@ def run_local(
     )
     with dynalite:
         log.info("dynalite on %s (pid %s)", dynalite.endpoint_url, dynalite.pid)
+        # Its data is on disk: if it dies, it comes back with it, and the breaker in each
+        # supervisor lets the next trial read through (no restart of the service).
+        dynalite.supervise()
         seed(apps, dynalite.client(timeout_s=10.0), table, players)
         for app in apps:
             log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix)

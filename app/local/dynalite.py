@@ -6,11 +6,14 @@ service reaches it through the same boto3 code path as AWS, with only the endpoi
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -23,6 +26,9 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DYNALITE_CLI = PROJECT_ROOT / "node_modules" / "dynalite" / "cli.js"
 # dynalite accepts any credentials; boto3 still needs some to sign requests.
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+log = logging.getLogger(__name__)
 
 
 class DynaliteError(RuntimeError):
@@ -73,6 +79,10 @@ class Dynalite:
         self.data_dir = data_dir  # None keeps the data in memory
         self.log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self.restarts = 0
 
     @property
     def endpoint_url(self) -> str:
@@ -126,11 +136,58 @@ class Dynalite:
                 return
             except (BotoCoreError, ClientError) as exc:
                 if time.monotonic() > deadline:
-                    self.stop()
+                    self._stop_process(timeout_s=5.0)
                     raise DynaliteError(f"dynalite not ready after {timeout_s}s: {exc}") from exc
                 time.sleep(0.1)
 
+    def supervise(
+        self, *, poll_s: float = 0.25, on_restart: Callable[[Dynalite], None] | None = None
+    ) -> None:
+        """Restart dynalite whenever it exits on its own, on the same port and data folder.
+
+        dynalite 4.0.0 dies on some client aborts (an `Error: aborted` thrown from its
+        request handler, e.g. when a botocore read timeout closes a connection mid-request).
+        With a data folder it comes back with its data; `on_restart` runs after each restart
+        (say, to re-seed an in-memory one). stop() ends the supervision first.
+        """
+        if self._watcher is not None:
+            return
+        self._stopping.clear()
+
+        def watch() -> None:
+            while not self._stopping.wait(poll_s):
+                with self._lock:
+                    process = self._process
+                    if process is None or process.poll() is None or self._stopping.is_set():
+                        continue
+                    log.warning(
+                        "dynalite (pid %s) exited with code %s; restarting it on %s",
+                        process.pid,
+                        process.returncode,
+                        self.endpoint_url,
+                    )
+                    try:
+                        self._process = None
+                        self.start()
+                        self.restarts += 1
+                    except DynaliteError as exc:
+                        log.error("dynalite restart failed (will retry): %s", exc)
+                        continue
+                if on_restart is not None:
+                    on_restart(self)
+
+        self._watcher = threading.Thread(target=watch, name="dynalite-supervisor", daemon=True)
+        self._watcher.start()
+
     def stop(self, timeout_s: float = 10.0) -> None:
+        self._stopping.set()
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout=timeout_s)
+        with self._lock:
+            self._stop_process(timeout_s)
+
+    def _stop_process(self, timeout_s: float) -> None:
         process, self._process = self._process, None
         if process is None or process.poll() is not None:
             return
