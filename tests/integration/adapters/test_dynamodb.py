@@ -177,3 +177,105 @@ async def _read_or_error(store, pid):
         return await store.player_row(pid)
     except FeatureStoreUnavailable as exc:
         return exc
+
+
+@pytest.fixture
+def slow_proxy(dynalite_server, tmp_path):
+    """loadtest/delay_proxy.py in front of the test dynalite (delay off until SIGUSR1)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    port = free_port()
+    log = (tmp_path / "delay-proxy.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadtest.delay_proxy",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--target",
+            f"127.0.0.1:{dynalite_server.port}",
+            "--delay-ms",
+            "800",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "delay proxy did not start"
+                time.sleep(0.1)
+        yield (
+            f"http://127.0.0.1:{port}",
+            lambda on: process.send_signal(signal.SIGUSR1 if on else signal.SIGUSR2),
+        )
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_recovers(
+    tiny_version_dir, slow_proxy, monkeypatch
+):
+    """+800 ms per call (slow, not down): botocore's read timeout (0.25 s x 2 attempts, the
+    settings' defaults) fails each read well inside the budget, the breaker opens after
+    fail_max of them, then reads fail fast; once the store is quick again, a trial read after
+    the reset timeout closes the breaker, without a restart."""
+    from app.adapters.dynamodb import make_client
+    from app.core.offer_service import FallbackReason, OfferQuery, OfferService
+    from tests.support import FakeMember
+
+    endpoint, slow = slow_proxy
+    config = settings(
+        dynamodb_endpoint_url=endpoint,
+        feature_cache_ttl_s=0,
+        dynamodb_breaker_fail_max=3,
+        dynamodb_breaker_reset_timeout_s=1.0,
+    )
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")  # dynalite takes any signed request
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    manifest = load_manifest(tiny_version_dir)
+    store = FeatureStore(config, manifest.feature_schema, TEST_GAME, client=make_client(config))
+    members = [
+        FakeMember(e.name, e.weight, lambda m: np.full(m.shape[0], 0.2)) for e in manifest.members
+    ]
+    from app.core.fanout import Fanout
+
+    service = OfferService(manifest, store, Fanout(members), request_budget_ms=1000, quorum=0.5)
+
+    async def login(i):
+        started = time.perf_counter()
+        answer = await service.recommend(OfferQuery(game=TEST_GAME, player_id=player_id(i)))
+        return answer, (time.perf_counter() - started) * 1000
+
+    async def logins(ids):
+        return [await login(i) for i in ids]
+
+    assert asyncio.run(login(1))[0].personalized  # quick store: personalized
+    slow(True)
+    time.sleep(0.2)
+    slow_answers = asyncio.run(logins(range(2, 8)))
+    assert all(
+        a.fallback_reason is FallbackReason.FEATURE_STORE_UNAVAILABLE for a, _ in slow_answers
+    )
+    assert all(ms < 1000 + 100 for _, ms in slow_answers), [ms for _, ms in slow_answers]
+    assert store.breaker_state == "open"
+    # Once open, a login does not wait on the slow store at all: it is answered before even
+    # one botocore read timeout (0.25 s) could have passed.
+    assert slow_answers[-1][1] < 250
+
+    slow(False)
+    time.sleep(1.2)  # the breaker's reset timeout
+    assert asyncio.run(login(9))[0].personalized
+    assert store.breaker_state == "closed"
+    store.close()
