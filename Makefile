@@ -40,10 +40,10 @@ test: lint
 bench: setup
 	$(BIN)/python -m loadtest.bench --profile $(PROFILE) $(BENCH_ARGS)
 
-# Faults (killed replica, feature-store outage, slow member) under locust load;
-# loadtest/results/<timestamp>/reliability.json.
+# The SLA at the client under overload, bursts and faults (replica, node, DynamoDB), on a
+# 2-node local Ray cluster serving $(CONFIG); loadtest/results/<timestamp>/reliability.json.
 reliability: setup
-	$(BIN)/python -m loadtest.reliability --profile $(PROFILE) $(RELIABILITY_ARGS)
+	$(BIN)/python -m loadtest.reliability --config $(CONFIG) $(RELIABILITY_ARGS)
 
 # ruff everywhere; mypy --strict on the service package; the layer rules (import-linter).
 lint: setup
