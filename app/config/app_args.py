@@ -147,6 +147,13 @@ class EnsembleAppArgs(_Strict):
         description="share of the ensemble's weight that must answer in time for a "
         "personalized offer; below it the answer is the fallback (reason `quorum`)",
     )
+    straggler_grace_ms: float | None = Field(
+        default=150.0,
+        ge=0,
+        description="once members holding `quorum` of the weight have answered, wait at most "
+        "this much longer for the others (null: until the request's budget runs out). Bounds "
+        "what a dead replica that Serve still routes to costs every login.",
+    )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After on 503")
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     supervisor: DeploymentArgs = Field(default_factory=lambda: SUPERVISOR_DEFAULTS)

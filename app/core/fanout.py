@@ -58,21 +58,61 @@ class FanoutRound:
     it with their own deadline; the round's unfinished work is cancelled when they are done."""
 
     def __init__(
-        self, groups: Sequence[MemberGroupClient], matrix: np.ndarray, problems: TallyLog
+        self,
+        groups: Sequence[MemberGroupClient],
+        matrix: np.ndarray,
+        problems: TallyLog,
+        *,
+        quorum_weight: float = 0.0,
+        straggler_grace_s: float | None = None,
     ) -> None:
         self.started = time.perf_counter()
         self.rows = matrix.shape[0]
         self._problems = problems  # failed or malformed group replies, logged as a tally
         self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
+        # Once groups holding quorum_weight have answered, the rest get straggler_grace_s
+        # more, not the whole budget: a replica that died where Serve's router still sends
+        # work (a lost node) or hangs otherwise would make every login wait its full budget.
+        self._quorum_weight = quorum_weight
+        self._grace_s = straggler_grace_s
+        self._quorum_at: float | None = None
         # Validated answers per finished group, computed once however many callers read them.
         self._outcomes: dict[str, _Outcome] = {}
         self._finished = asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def _cutoff_s(self) -> float | None:
+        """Seconds from now until stragglers stop being waited for, once the quorum is in."""
+        if self._grace_s is None:
+            return None
+        if self._quorum_at is None:
+            # Read from the tasks themselves, not from done callbacks: a task is done before
+            # its callbacks run, and a reader must not miss the quorum in between.
+            answered = sum(
+                sum(m.weight for m in group.members)
+                for task, group in self._tasks.items()
+                if task.done() and not task.cancelled() and task.exception() is None
+            )
+            if answered < self._quorum_weight or answered == 0:
+                return None
+            self._quorum_at = time.perf_counter()
+        return self._quorum_at + self._grace_s - time.perf_counter()
+
     async def wait(self, timeout_s: float) -> None:
-        """Until every group answered or `timeout_s` passed; never cancels the groups."""
-        pending = [t for t in self._tasks if not t.done()]
-        if pending and timeout_s > 0:
-            await asyncio.wait(pending, timeout=timeout_s)
+        """Until every group answered, `timeout_s` passed, or the stragglers' grace after the
+        quorum ran out, whichever comes first; never cancels the groups."""
+        end = time.perf_counter() + max(timeout_s, 0.0)
+        while True:
+            pending = [t for t in self._tasks if not t.done()]
+            left = end - time.perf_counter()
+            cutoff = self._cutoff_s()
+            if cutoff is not None:
+                left = min(left, cutoff)
+            if not pending or left <= 0:
+                return
+            if self._grace_s is None:
+                await asyncio.wait(pending, timeout=left)
+                return
+            await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
     async def finished(self) -> None:
         """Until every group answered, failed or was cancelled."""
@@ -146,8 +186,16 @@ class Fanout:
     """Sends one matrix to all member groups at once and keeps whatever answered in time."""
 
     def __init__(
-        self, groups: Sequence[MemberGroupClient], member_order: Sequence[str] | None = None
+        self,
+        groups: Sequence[MemberGroupClient],
+        member_order: Sequence[str] | None = None,
+        *,
+        quorum: float = 0.0,
+        straggler_grace_s: float | None = None,
     ) -> None:
+        """`quorum` (share of the members' weight) and `straggler_grace_s`: once members
+        holding the quorum answered, wait at most the grace for the others (None: until the
+        caller's budget)."""
         if not groups:
             raise ValueError("an ensemble needs at least one member group")
         names = [m.name for g in groups for m in g.members]
@@ -161,9 +209,18 @@ class Fanout:
         self.member_order = {name: i for i, name in enumerate(member_order or names)}
         # A dead member fails every round: one line per interval, not one per login.
         self._problems = TallyLog(logger, "member group failures")
+        total = sum(m.weight for g in groups for m in g.members)
+        self._quorum_weight = quorum * total
+        self._grace_s = straggler_grace_s
 
     def launch(self, matrix: np.ndarray) -> FanoutRound:
-        return FanoutRound(self.groups, matrix, self._problems)
+        return FanoutRound(
+            self.groups,
+            matrix,
+            self._problems,
+            quorum_weight=self._quorum_weight,
+            straggler_grace_s=self._grace_s,
+        )
 
     def ordered(self, result: FanoutResult) -> FanoutResult:
         answers = sorted(result.answers, key=lambda a: self.member_order[a.name])

@@ -64,6 +64,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         version_dir=str(version_dir),
         request_budget_ms=args.request_budget_ms,
         quorum=args.quorum,
+        straggler_grace_ms=args.straggler_grace_ms,
         groups={g.deployment: [e.name for e in g.members] for g in groups},
         coalescing=args.coalescing,
         max_in_flight=args.admission.max_in_flight,

@@ -34,6 +34,7 @@ class SupervisorConfig(BaseModel):
     version_dir: str
     request_budget_ms: float = Field(gt=0)
     quorum: float = Field(ge=0, le=1)
+    straggler_grace_ms: float | None = Field(ge=0)
     # deployment name -> names of the members it hosts (app.serving.member_layout)
     groups: dict[str, list[str]]
     coalescing: CoalescingConfig
@@ -66,6 +67,10 @@ class Supervisor:
                 for name, members in config.groups.items()
             ],
             member_order=[e.name for e in manifest.members],
+            quorum=config.quorum,
+            straggler_grace_s=(
+                None if config.straggler_grace_ms is None else config.straggler_grace_ms / 1000.0
+            ),
         )
         self._coalescing: CoalescingScorer | None = None
         scorer: EnsembleScorer = fanout

@@ -129,9 +129,10 @@ def wait_until(predicate, timeout_s: float, what: str):
 
 @pytest.fixture
 def slow_member(serve_app, tiny_version_dir):
-    """SLOW_MEMBER sleeps 3 s per request (fault injection) for the test, then recovers."""
+    """SLOW_MEMBER sleeps 3 s per request (fault injection) for the test, then recovers.
+    No straggler grace: these tests are about the budget and the caller's deadline."""
     faults = {"faults": {"slow_members_ms": {SLOW_MEMBER: 3000}}}
-    deploy(app_args(tiny_version_dir, **faults))
+    deploy(app_args(tiny_version_dir, straggler_grace_ms=None, **faults))
     try:
         yield SLOW_MEMBER
     finally:
@@ -145,6 +146,7 @@ def slow_member_long_budget(serve_app, tiny_version_dir):
         app_args(
             tiny_version_dir,
             request_budget_ms=5000,
+            straggler_grace_ms=None,
             faults={"slow_members_ms": {SLOW_MEMBER: 3000}},
         )
     )
@@ -189,6 +191,23 @@ def test_slow_member_is_left_out_and_the_rest_aggregated(serve_app, slow_member,
     assert body["members_answered"] == 3
     assert body["timings"]["total_ms"] < BUDGET_MS + 100
     assert_every_request_ended_in_time(result)
+
+
+def test_straggler_grace_answers_without_a_stuck_member_long_before_the_budget(
+    serve_app, tiny_version_dir
+):
+    """The shipped default: once the quorum answered, a member that is still busy (here 3 s
+    of injected delay, as a replica on a lost node would be) gets 150 ms more, not the
+    whole budget."""
+    deploy(app_args(tiny_version_dir, faults={"slow_members_ms": {SLOW_MEMBER: 3000}}))
+    try:
+        body = offer(serve_app, player_id(5)).json()
+    finally:
+        deploy(app_args(tiny_version_dir))
+    assert body["personalized"] is True
+    assert body["missing_members"] == {SLOW_MEMBER: "timeout"}
+    # Without the grace this login would end at the 1000 ms budget, by construction.
+    assert body["timings"]["total_ms"] < BUDGET_MS
 
 
 def test_caller_deadline_bounds_the_wait_for_a_slow_member(serve_app, slow_member):
