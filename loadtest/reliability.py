@@ -254,6 +254,8 @@ def run(args: argparse.Namespace) -> Path:
             "dynamodb_slow_s": DYNAMO_SLOW_S,
             "hot_player_clients": HOT_CLIENTS,
             "config": str(args.config.relative_to(PROJECT_ROOT)),
+            "config_changes": "DynamoDB endpoint -> the delay proxy; supervisor and members: "
+            "autoscaling.min_replicas 2, max_replicas_per_node 1",
             "ingress": "Serve's HAProxy ingress (RAY_SERVE_ENABLE_HA_PROXY=1)",
             "load": "loadtest/open_loop.py (aiohttp, one process on the same host)",
         },
@@ -275,6 +277,14 @@ def run(args: argparse.Namespace) -> Path:
             shipped["runtime_env"]["env_vars"].update(
                 dynamo_env(f"http://127.0.0.1:{proxy.port}", TABLE)
             )
+            # A multi-node cluster, placed as production should be: every deployment has a
+            # replica on each node (min 2, at most 1 per node), so the lost node takes one
+            # replica of each, never all (SPREAD alone is a preference: runs here put both
+            # supervisors, or every member group, on the node that was then lost).
+            for role in ("supervisor", "members"):
+                sizing = shipped["args"].setdefault(role, {})
+                sizing["max_replicas_per_node"] = 1
+                sizing.setdefault("autoscaling", {})["min_replicas"] = 2
             config.write_text(yaml.safe_dump(document, sort_keys=False))
             log(f"starting a 2-node Ray cluster, deploying {args.config.name}")
             with LocalCluster(folder) as cluster:

@@ -44,6 +44,10 @@ class DeploymentArgs(_Strict):
     # (HTTP 503 with Retry-After for the ingress) instead of queueing into timeouts.
     max_queued_requests: int = Field(default=64, ge=1)
     autoscaling: AutoscalingArgs = Field(default_factory=AutoscalingArgs)
+    # At most this many replicas of the deployment on one Ray node (Serve's own option). 1
+    # for the supervisor on a multi-node cluster, so a lost node takes one ingress replica,
+    # never all of them. None: no limit (a single-node local run needs none).
+    max_replicas_per_node: int | None = Field(default=None, ge=1)
 
     def updated(self, changes: dict[str, Any]) -> DeploymentArgs:
         """A copy with `changes` (a partial, YAML-shaped dict) applied on top."""
@@ -56,6 +60,11 @@ class DeploymentArgs(_Strict):
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_queued_requests,
             "autoscaling_config": self.autoscaling.model_dump(),
+            **(
+                {"max_replicas_per_node": self.max_replicas_per_node}
+                if self.max_replicas_per_node is not None
+                else {}
+            ),
         }
 
 

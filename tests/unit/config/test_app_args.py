@@ -104,3 +104,9 @@ def test_admission_must_stay_below_the_supervisors_max_ongoing_requests():
         )
     args = EnsembleAppArgs.model_validate({**BASE, "admission": {"max_in_flight": 63}})
     assert args.admission.max_in_flight < args.supervisor.max_ongoing_requests
+
+
+def test_max_replicas_per_node_reaches_serve_only_when_set():
+    args = EnsembleAppArgs.model_validate({**BASE, "supervisor": {"max_replicas_per_node": 1}})
+    assert args.supervisor.to_options("supervisor")["max_replicas_per_node"] == 1
+    assert "max_replicas_per_node" not in args.members.to_options("member-group-0")
