@@ -87,10 +87,12 @@ class FanoutRound:
         if self._quorum_at is None:
             # Read from the tasks themselves, not from done callbacks: a task is done before
             # its callbacks run, and a reader must not miss the quorum in between.
+            # Only usable answers count: a group whose reply is dropped (error, wrong shape)
+            # must not start the grace and cut off the groups the quorum still needs.
             answered = sum(
                 sum(m.weight for m in group.members)
                 for task, group in self._tasks.items()
-                if task.done() and not task.cancelled() and task.exception() is None
+                if task.done() and isinstance(self._outcome(task, group), np.ndarray)
             )
             if answered < self._quorum_weight or answered == 0:
                 return None

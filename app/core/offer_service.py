@@ -186,14 +186,16 @@ class OfferService:
         """Write the pending fallback tally (replica shutdown)."""
         self._fallbacks.flush()
 
-    async def warm_up(self, budget_s: float) -> FanoutResult:
+    async def warm_up(self, budget_s: float, scorer: EnsembleScorer | None = None) -> FanoutResult:
         """Route one candidate matrix (schema defaults) through every member.
 
         The first call through a Serve handle has to discover the member's replicas; doing it
-        at start-up keeps that cost out of the first players' budgets.
+        at start-up keeps that cost out of the first players' budgets. `scorer` (default: the
+        service's own) lets the caller warm up without a straggler grace, which would cut
+        off the members still starting.
         """
         defaults = self.manifest.feature_schema.encode_record({})
-        return await self._scorer.score(self.catalog.candidates(defaults), budget_s)
+        return await (scorer or self._scorer).score(self.catalog.candidates(defaults), budget_s)
 
     def _answer(
         self,

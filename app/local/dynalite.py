@@ -158,14 +158,16 @@ class Dynalite:
             while not self._stopping.wait(poll_s):
                 with self._lock:
                     process = self._process
-                    if process is None or process.poll() is None or self._stopping.is_set():
+                    if self._stopping.is_set() or (process is not None and process.poll() is None):
                         continue
-                    log.warning(
-                        "dynalite (pid %s) exited with code %s; restarting it on %s",
-                        process.pid,
-                        process.returncode,
-                        self.endpoint_url,
-                    )
+                    # Exited, or a failed restart left no process: (re)start it either way.
+                    if process is not None:
+                        log.warning(
+                            "dynalite (pid %s) exited with code %s; restarting it on %s",
+                            process.pid,
+                            process.returncode,
+                            self.endpoint_url,
+                        )
                     try:
                         self._process = None
                         self.start()
@@ -174,7 +176,10 @@ class Dynalite:
                         log.error("dynalite restart failed (will retry): %s", exc)
                         continue
                 if on_restart is not None:
-                    on_restart(self)
+                    try:
+                        on_restart(self)
+                    except Exception:  # the watcher must outlive a failing hook
+                        log.exception("dynalite on_restart hook failed")
 
         self._watcher = threading.Thread(target=watch, name="dynalite-supervisor", daemon=True)
         self._watcher.start()

@@ -61,12 +61,14 @@ class Supervisor:
                 f"member groups {config.groups} do not host the manifest's members "
                 f"{sorted(entries)} exactly once, or lack a handle ({sorted(groups)})"
             )
+        clients = [
+            HandleGroupClient(name, groups[name], [entries[m] for m in members])
+            for name, members in config.groups.items()
+        ]
+        member_order = [e.name for e in manifest.members]
         fanout = Fanout(
-            [
-                HandleGroupClient(name, groups[name], [entries[m] for m in members])
-                for name, members in config.groups.items()
-            ],
-            member_order=[e.name for e in manifest.members],
+            clients,
+            member_order=member_order,
             quorum=config.quorum,
             straggler_grace_s=(
                 None if config.straggler_grace_ms is None else config.straggler_grace_ms / 1000.0
@@ -98,7 +100,11 @@ class Supervisor:
         # and the feature store's client has made one real call: members start alongside
         # the supervisor, and cold handles or a cold client would eat real budgets.
         await self._store.warm_up()
-        warm = await self._service.warm_up(config.warmup_timeout_s)
+        # Without the straggler grace: every member must answer once, however slowly it
+        # starts, or the warm-up budget must run out.
+        warm = await self._service.warm_up(
+            config.warmup_timeout_s, scorer=Fanout(clients, member_order=member_order)
+        )
         if warm.missing:
             logger.warning(
                 "members not warm after %.0fs: %s", config.warmup_timeout_s, warm.missing

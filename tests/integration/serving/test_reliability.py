@@ -214,8 +214,9 @@ def test_caller_deadline_bounds_the_wait_for_a_slow_member(serve_app, slow_membe
     body = offer(serve_app, player_id(4), deadline_ms=200).json()
     assert body["missing_members"] == {slow_member: "timeout"}
     # Answered at the caller's 200 ms, not at the app's 1000 ms budget (measured inside the
-    # supervisor, so a loaded test host's scheduling does not blur the two).
-    assert body["timings"]["total_ms"] < BUDGET_MS + SLACK_MS
+    # supervisor, so a loaded test host's scheduling does not blur the two; no straggler
+    # grace in this fixture, so only the deadline can end the wait before 1000 ms).
+    assert body["timings"]["total_ms"] < BUDGET_MS
 
 
 def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(serve_app, tmp_path):

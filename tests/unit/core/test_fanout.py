@@ -86,3 +86,19 @@ def test_coalesced_logins_share_the_rounds_cut_off():
     for result in asyncio.run(run()):
         assert [a.name for a in result.answers] == ["fast"]
         assert result.missing == {"stuck": "timeout"}
+
+
+def test_an_unusable_reply_does_not_start_the_grace():
+    """A fast group whose reply is dropped (wrong shape) must not count towards the quorum:
+    the grace would otherwise cut off a slower group the quorum still needs."""
+    broken = FakeMember("broken", 0.3, lambda m: np.full((2, m.shape[0] + 1), 0.1))
+    fine = FakeMember("fine", 0.3, lambda m: np.full(m.shape[0], 0.2))
+    slower = FakeMember("slower", 0.4, lambda m: np.full(m.shape[0], 0.4), delay_s=0.3)
+
+    async def run():
+        fanout = Fanout([broken, fine, slower], quorum=0.5, straggler_grace_s=0.01)
+        return await asyncio.wait_for(fanout.score(MATRIX, budget_s=30), timeout=60)
+
+    result = asyncio.run(run())
+    assert {a.name for a in result.answers} == {"fine", "slower"}
+    assert result.missing == {"broken": "bad_output"}
