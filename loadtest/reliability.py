@@ -241,7 +241,6 @@ def run(args: argparse.Namespace) -> Path:
     )
     dynalite = Dynalite(free_port(), folder / "dynalite-data", log_path=folder / "dynalite.log")
     proxy = DelayProxyProcess(free_port(), f"127.0.0.1:{dynalite.port}", folder / "delay-proxy.log")
-    _PROXIES[folder] = proxy
     report: dict[str, Any] = {
         "command": args.command,
         "started_at": folder.name,
@@ -300,7 +299,7 @@ def run(args: argparse.Namespace) -> Path:
                     if args.only and scenario.name not in args.only:
                         continue
                     report["scenarios"][scenario.name] = run_scenario(
-                        scenario, base, app.args.game, budget_ms, folder
+                        scenario, base, app.args.game, budget_ms, folder, proxy
                     )
                     (folder / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
         finally:
@@ -374,7 +373,12 @@ def build_scenarios(
 
 
 def run_scenario(
-    scenario: Scenario, base: str, game: str, budget_ms: float, folder: Path
+    scenario: Scenario,
+    base: str,
+    game: str,
+    budget_ms: float,
+    folder: Path,
+    proxy: DelayProxyProcess,
 ) -> dict[str, Any]:
     log(f"{scenario.name}: start")
     did: list[str] = []
@@ -388,10 +392,11 @@ def run_scenario(
             log(f"{scenario.name}: {did[-1]}")
         return list(await load)
 
-    reads = _store_calls(folder) if scenario.name == "hot_player" else None
+    # The delay proxy counts the DynamoDB calls a scenario makes.
+    reads = proxy.calls() if scenario.name == "hot_player" else None
     shots = asyncio.run(drive())
     if reads is not None:
-        reads = _store_calls(folder) - reads
+        reads = proxy.calls() - reads
     summary = summarize(shots)
     accepted = [s for s in shots if s.status is not None and s.status != 503]
     summary["over_budget_plus_100ms"] = sum(
@@ -423,14 +428,6 @@ def run_scenario(
     # Let autoscaling and replaced replicas settle before the next scenario.
     time.sleep(10)
     return summary
-
-
-# The run's delay proxy, by results folder: it counts the DynamoDB calls of a scenario.
-_PROXIES: dict[Path, DelayProxyProcess] = {}
-
-
-def _store_calls(folder: Path) -> int:
-    return _PROXIES[folder].calls()
 
 
 def table(report: dict[str, Any]) -> str:
