@@ -32,6 +32,8 @@ class LoadResult:
     p95_ms: float
     p99_ms: float
     outcomes: dict = field(default_factory=dict)
+    # Every request sent, malformed ones included: what the offered load is made of.
+    total_rps: float = 0.0
 
     @property
     def error_rate(self) -> float:
@@ -44,6 +46,12 @@ class LoadResult:
         answered = fallbacks + self.outcomes.get("personalized", 0)
         return fallbacks / answered if answered else 0.0
 
+    @property
+    def degraded(self) -> int:
+        """Fallbacks for any reason but an unknown player: load the service shed."""
+        reasons = self.outcomes.get("fallback") or {}
+        return sum(n for reason, n in reasons.items() if reason != "unknown_player")
+
 
 def run_locust(
     target: LoadTarget,
@@ -54,6 +62,7 @@ def run_locust(
     run_time_s: int | None = None,
     login_day: tuple[int, int] | None = None,
     timeout_s: float = 900.0,
+    arrivals: str = "closed",
     extra_args: list[str] | None = None,
 ) -> LoadResult:
     """One headless locust run. Plain constant load (`users`, `run_time_s`) unless `login_day`
@@ -66,6 +75,7 @@ def run_locust(
         "--game", target.game,
         "--players", str(target.players),
         "--user-rps", str(user_rps),
+        "--arrivals", arrivals,
         "--csv", str(out_dir / "locust"),
         "--outcomes-json", str(out_dir / "outcomes.json"),
         "--loglevel", "WARNING",
@@ -112,4 +122,5 @@ def _read_stats(path: Path, outcomes: dict) -> LoadResult:
         p95_ms=float(row["95%"]),
         p99_ms=float(row["99%"]),
         outcomes=outcomes,
+        total_rps=float(rows["Aggregated"]["Requests/s"]) if "Aggregated" in rows else 0.0,
     )

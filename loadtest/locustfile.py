@@ -28,6 +28,8 @@ keep the stats and the outcome tally (format: `loadtest.traffic.OutcomeTally`).
 Options (defaults): --game (galaxy-raiders), --route-prefix (/galaxy-raiders/2026-11),
 --players (10000, the seeded population), --unknown-share (0.05), --malformed-share (0.02),
 --zipf-exponent (1.1), --user-rps (1.0 mean logins/s per user, Poisson waits),
+--arrivals (closed: wait after each answer | open: one login per 1 / --user-rps s on a fixed
+schedule from a random phase, whatever the answers),
 --stages (none | login-day), --peak-users (40), --stage-seconds (20),
 --late-after-ms (0: off), --outcomes-json (unset). Locust's own --help does not list them
 (it is printed before the locustfile is loaded); all but --stages and --outcomes-json are
@@ -44,10 +46,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Any
 
+import gevent
 from locust import FastHttpUser, LoadTestShape, events, poisson, task
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
@@ -91,6 +95,13 @@ def add_options(parser: Any, **_: Any) -> None:
         type=float,
         default=1.0,
         help="mean logins/s per game server (exponential waits)",
+    )
+    parser.add_argument(
+        "--arrivals",
+        choices=["closed", "open"],
+        default="closed",
+        help="'closed': a user waits (exponentially) after each answer; 'open': a user sends "
+        "one login every 1 / --user-rps seconds from a random phase, whatever the answers",
     )
     parser.add_argument(
         "--stages",
@@ -149,9 +160,24 @@ class GameServer(FastHttpUser):
         # users phase-locked, sending in bursts: 172 of 200 logins started in the same 50 ms
         # slice of the 500 ms period, which tripled the p50 of an idle server.
         self._pace = poisson(options.user_rps)
+        # Open arrivals: each user sends on a fixed schedule, one login every 1 / --user-rps
+        # seconds from a random phase, whatever the answers (locust's constant_pacing, but
+        # paced from the last send, not the last answer). Many users with random phases add
+        # up to an even stream of users x --user-rps; it stays on schedule while answers
+        # take less than the period.
+        self._open_loop = options.arrivals == "open"
+        self._period_s = 1.0 / options.user_rps
+        self._next_at = time.monotonic()
+        if self._open_loop:
+            # Otherwise every user's first login lands in the one second users spawn in.
+            self._next_at += random.uniform(0.0, self._period_s)
+            gevent.sleep(self._next_at - time.monotonic())
 
     def wait_time(self) -> float:
-        return self._pace(self)
+        if not self._open_loop:
+            return self._pace(self)
+        self._next_at += self._period_s
+        return max(0.0, self._next_at - time.monotonic())
 
     @task
     def login(self) -> None:

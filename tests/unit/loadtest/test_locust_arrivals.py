@@ -1,0 +1,77 @@
+"""Open-loop arrivals in the locustfile: logins go out on schedule, however slow the answers.
+
+Against a server that takes 300 ms per answer, 5 users at 2 logins/s each:
+  - open arrivals send one login every 500 ms per user: ~10 logins/s;
+  - closed loop waits for each answer, then an exponential pause of mean 500 ms: ~6/s.
+"""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+ANSWER_S = 0.3
+USERS, USER_RPS, RUN_S = 5, 2.0, 8
+
+
+class SlowHandler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        time.sleep(ANSWER_S)
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def slow_server():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def sent_per_second(host: str, arrivals: str, tmp_path: Path) -> float:
+    subprocess.run(
+        [
+            sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "locustfile.py"),
+            "--headless", "--only-summary", "--host", host,
+            "-u", str(USERS), "-r", str(USERS), "-t", f"{RUN_S}s",
+            "--user-rps", str(USER_RPS), "--arrivals", arrivals,
+            "--csv", str(tmp_path / arrivals), "--loglevel", "ERROR",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=RUN_S + 60,
+    )  # fmt: skip
+    with (tmp_path / f"{arrivals}_stats.csv").open(newline="") as f:
+        rows = {row["Name"]: row for row in csv.DictReader(f)}
+    return int(rows["Aggregated"]["Request Count"]) / RUN_S
+
+
+def test_open_arrivals_keep_the_schedule_when_answers_are_slow(slow_server, tmp_path):
+    open_rate = sent_per_second(slow_server, "open", tmp_path)
+    closed_rate = sent_per_second(slow_server, "closed", tmp_path)
+    offered = USERS * USER_RPS
+    # The first login of each user waits for a random phase (up to one period).
+    assert 0.8 * offered <= open_rate <= 1.05 * offered
+    # Closed loop: 1 / (0.3 + 0.5) = 1.25 logins/s per user, 6.25/s in all.
+    assert closed_rate < 0.75 * offered
