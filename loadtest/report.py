@@ -1,64 +1,165 @@
-"""Benchmark report: report.json (stable summary for tools), report.md, latency plot."""
+"""Benchmark report: medians with spreads, ratios that count only outside the noise.
+
+report.json keys other tools read (everything else in the file may change):
+  rounds                                         runs per system
+  systems.<system>.<figure>                      {median, min, max} over the rounds
+  ratios.vs_legacy.<figure>, ratios.vs_pool.<figure>
+                                                 ensemble median / peer median
+  ratios.production_vs_legacy.<figure>           ensemble-production median / legacy median
+  verdicts.<comparison>.<figure>                 "higher" | "lower" | "within noise"
+  targets                                        the issue's targets, each met or missed
+  ablation.<variant>.<figure>, ablation_ratios.<variant>.<figure>
+                                                 variant / the shipped config it came from
+"""
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-# Keys other tools read from report.json; everything else in the file may change.
-SUMMARY_KEYS = ("max_rps_at_p95_150ms", "c1_p50_ms", "c1_p95_ms", "peak_rss_mb", "error_rate")
-RATIO_KEYS = ("max_rps_at_p95_150ms", "c1_p50_ms")
-SYSTEMS = ("ensemble", "legacy")
+FIGURES = ("max_rps_held", "c1_p50_ms", "peak_rss_mb", "rss_mb_per_rps")
+EXTRA_FIGURES = ("c1_p95_ms", "ready_s")
+SYSTEMS = ("legacy", "pool", "ensemble", "ensemble-production")
+COMPARISONS = {
+    "vs_legacy": ("ensemble", "legacy"),
+    "vs_pool": ("ensemble", "pool"),
+    "production_vs_legacy": ("ensemble-production", "legacy"),
+}
+# (comparison, figure, "min" or "max", bound, profiles it applies to)
+TARGETS = (
+    ("vs_legacy", "max_rps_held", "min", 2.0, ("standard",)),
+    ("vs_pool", "max_rps_held", "min", 1.0, ("standard",)),
+    ("vs_legacy", "c1_p50_ms", "max", 1.0, ("standard",)),
+    ("vs_legacy", "c1_p50_ms", "max", 0.6, ("heavy",)),
+    ("production_vs_legacy", "max_rps_held", "min", 1.0, ("standard",)),
+    ("vs_legacy", "rss_mb_per_rps", "max", 1.0, ("standard",)),
+)
+LABELS = {
+    "max_rps_held": "max logins/s held",
+    "c1_p50_ms": "c=1 p50 (ms)",
+    "c1_p95_ms": "c=1 p95 (ms)",
+    "peak_rss_mb": "peak RSS (MB)",
+    "rss_mb_per_rps": "peak RSS per login/s (MB)",
+    "ready_s": "start to ready (s)",
+}
 
 
-def ratios(systems: dict[str, dict[str, Any]]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
-    for key in RATIO_KEYS:
-        ensemble, legacy = systems["ensemble"].get(key), systems["legacy"].get(key)
-        out[key] = round(ensemble / legacy, 3) if ensemble is not None and legacy else None
+def spread(values: list[float]) -> dict[str, float] | None:
+    """Median and min-max of the rounds that produced the figure; None if none did."""
+    values = [float(v) for v in values if v is not None]
+    if not values:
+        return None
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "n": len(values),
+    }
+
+
+def verdict(a: dict[str, float] | None, b: dict[str, float] | None) -> str | None:
+    """How a compares with b: only spreads that do not overlap make a difference."""
+    if a is None or b is None:
+        return None
+    if a["min"] > b["max"]:
+        return "higher"
+    if a["max"] < b["min"]:
+        return "lower"
+    return "within noise"
+
+
+def ratio(a: dict[str, float] | None, b: dict[str, float] | None) -> float | None:
+    if a is None or b is None or not b["median"]:
+        return None
+    return round(a["median"] / b["median"], 3)
+
+
+def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if "error" not in r]
+    out: dict[str, Any] = {
+        figure: spread([r.get(figure) for r in ok]) for figure in (*FIGURES, *EXTRA_FIGURES)
+    }
+    out["runs"] = len(runs)
+    out["failed_runs"] = len(runs) - len(ok)
+    out["memory_by_role_mb"] = _roles(ok)
     return out
 
 
-def ablation_ratios(report: dict[str, Any]) -> dict[str, dict[str, float | None]]:
-    """Each ablation variant against the legacy system of the same run."""
-    legacy = report["systems"]["legacy"]
-    out = {}
-    for name, variant in report["ablation"].items():
-        out[name] = {
-            key: round(variant[key] / legacy[key], 3)
-            if variant.get(key) is not None and legacy.get(key)
-            else None
-            for key in RATIO_KEYS
+def _roles(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Median over rounds of what each kind of process held at the run's peak RSS."""
+    roles = sorted({role for r in runs for role in r.get("peak_by_role_mb", {})})
+    return {
+        role: round(statistics.median(r.get("peak_by_role_mb", {}).get(role, 0.0) for r in runs), 1)
+        for role in roles
+    }
+
+
+def summarise(report: dict[str, Any]) -> None:
+    """Add systems, ratios, verdicts, targets and the ablation to a report with runs."""
+    runs = report["runs"]
+    report["systems"] = {name: aggregate(runs[name]) for name in SYSTEMS if name in runs}
+    systems = report["systems"]
+    report["ratios"], report["verdicts"] = {}, {}
+    for comparison, (a, b) in COMPARISONS.items():
+        if a not in systems or b not in systems:
+            continue
+        report["ratios"][comparison] = {
+            f: ratio(systems[a][f], systems[b][f]) for f in (*FIGURES, "c1_p95_ms")
         }
-    return out
+        report["verdicts"][comparison] = {
+            f: verdict(systems[a][f], systems[b][f]) for f in (*FIGURES, "c1_p95_ms")
+        }
+    report["targets"] = targets(report)
+    variants = [name for name in runs if name not in SYSTEMS]
+    if variants:
+        report["ablation"] = {name: aggregate(runs[name]) for name in variants}
+        report["ablation_ratios"], report["ablation_verdicts"] = {}, {}
+        for name in variants:
+            base = systems.get(_base_of(report, name))
+            if base is None:
+                continue
+            mine = report["ablation"][name]
+            report["ablation_ratios"][name] = {f: ratio(mine[f], base[f]) for f in FIGURES}
+            report["ablation_verdicts"][name] = {f: verdict(mine[f], base[f]) for f in FIGURES}
 
 
-def ablation_table(report: dict[str, Any]) -> str:
-    lines = [
-        "| variant | what changes | max RPS p95 ≤ 150 ms | × legacy | c=1 p50 (ms) | × legacy "
-        "| peak RSS (MB) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, v in report["ablation"].items():
-        r = report["ablation_ratios"][name]
-        lines.append(
-            f"| {name} | {v['description']} | {_fmt(v['max_rps_at_p95_150ms'])} "
-            f"| {_fmt(r['max_rps_at_p95_150ms'], 2)} | {_fmt(v['c1_p50_ms'])} "
-            f"| {_fmt(r['c1_p50_ms'], 2)} | {_fmt(v['peak_rss_mb'], 0)} |"
+def _base_of(report: dict[str, Any], variant: str) -> str:
+    return "ensemble-production" if variant.startswith("production") else "ensemble"
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for comparison, figure, kind, bound, profiles in TARGETS:
+        if report["profile"] not in profiles:
+            continue
+        value = report["ratios"].get(comparison, {}).get(figure)
+        noise = report["verdicts"].get(comparison, {}).get(figure)
+        if value is None:
+            met = None
+        else:
+            within = value >= bound if kind == "min" else value <= bound
+            # A ratio counts only where the spreads do not overlap.
+            met = within and noise != "within noise"
+        out.append(
+            {
+                "comparison": comparison,
+                "figure": figure,
+                "target": f"{'>=' if kind == 'min' else '<='} {bound}",
+                "ratio": value,
+                "verdict": noise,
+                "met": met,
+            }
         )
-    return "\n".join(lines)
+    return out
 
 
 def write_json(report: dict[str, Any], folder: Path) -> Path:
     path = folder / "report.json"
-    path.write_text(json.dumps(report, indent=2, allow_nan=False, default=_finite))
+    path.write_text(json.dumps(report, indent=2, allow_nan=False))
     return path
-
-
-def _finite(value: Any) -> Any:
-    raise TypeError(f"not JSON serializable: {value!r}")
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -69,60 +170,135 @@ def _fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
+def _spread(s: dict[str, float] | None, digits: int = 1) -> str:
+    if s is None:
+        return "n/a"
+    return f"{_fmt(s['median'], digits)} [{_fmt(s['min'], digits)}–{_fmt(s['max'], digits)}]"
+
+
 def summary_table(report: dict[str, Any]) -> str:
-    systems, r = report["systems"], report["ratios"]
-    rows = [
-        ("max RPS with p95 ≤ 150 ms", "max_rps_at_p95_150ms", r.get("max_rps_at_p95_150ms")),
-        ("c=1 p50 (ms)", "c1_p50_ms", r.get("c1_p50_ms")),
-        ("c=1 p95 (ms)", "c1_p95_ms", None),
-        ("login-day p95 (ms)", "stages_p95_ms", None),
-        ("login-day p99 (ms)", "stages_p99_ms", None),
-        ("login-day RPS", "stages_rps", None),
-        ("error rate", "error_rate", None),
-        ("fallback share", "fallback_share", None),
-        ("CPU cores used (login day)", "stages_cpu_cores", None),
-        ("peak RSS (MB)", "peak_rss_mb", None),
+    names = [n for n in SYSTEMS if n in report["systems"]]
+    lines = [
+        "| figure (median [min–max]) | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
     ]
-    lines = ["| figure | ensemble | legacy | ensemble / legacy |", "|---|---|---|---|"]
-    for label, key, ratio in rows:
-        digits = 4 if key in {"error_rate", "fallback_share"} else 1
-        shown_ratio = "" if ratio is None else _fmt(ratio, 2)
+    for figure in (*FIGURES, *EXTRA_FIGURES):
+        digits = 2 if figure == "rss_mb_per_rps" else (0 if figure == "peak_rss_mb" else 1)
+        cells = [_spread(report["systems"][n][figure], digits) for n in names]
+        lines.append(f"| {LABELS[figure]} | " + " | ".join(cells) + " |")
+    lines += ["", "| ratio (medians) | " + " | ".join(report["ratios"]) + " |"]
+    lines.append("|---" * (len(report["ratios"]) + 1) + "|")
+    for figure in (*FIGURES, "c1_p95_ms"):
+        cells = [
+            f"{_fmt(report['ratios'][c][figure], 2)}× ({report['verdicts'][c][figure] or 'n/a'})"
+            if report["ratios"][c][figure] is not None
+            else "n/a"
+            for c in report["ratios"]
+        ]
+        lines.append(f"| {LABELS[figure]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets_table(report: dict[str, Any]) -> str:
+    lines = ["| target | ratio | spreads | met |", "|---|---|---|---|"]
+    for t in report["targets"]:
+        met = "n/a" if t["met"] is None else ("**met**" if t["met"] else "**missed**")
         lines.append(
-            f"| {label} | {_fmt(systems['ensemble'].get(key), digits)} | "
-            f"{_fmt(systems['legacy'].get(key), digits)} | {shown_ratio} |"
+            f"| {LABELS[t['figure']]}, {t['comparison']} {t['target']} "
+            f"| {_fmt(t['ratio'], 2)} | {t['verdict'] or 'n/a'} | {met} |"
         )
+    return "\n".join(lines)
+
+
+def ablation_table(report: dict[str, Any]) -> str:
+    lines = [
+        "| variant (one lever off) | max logins/s held | × its base | c=1 p50 (ms) | × its base "
+        "| peak RSS (MB) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, v in report.get("ablation", {}).items():
+        r = report.get("ablation_ratios", {}).get(name, {})
+        w = report.get("ablation_verdicts", {}).get(name, {})
+        lines.append(
+            f"| {name}: {report['descriptions'].get(name, '')} "
+            f"| {_spread(v['max_rps_held'])} "
+            f"| {_fmt(r.get('max_rps_held'), 2)} ({w.get('max_rps_held') or 'n/a'}) "
+            f"| {_spread(v['c1_p50_ms'])} "
+            f"| {_fmt(r.get('c1_p50_ms'), 2)} ({w.get('c1_p50_ms') or 'n/a'}) "
+            f"| {_spread(v['peak_rss_mb'], 0)} |"
+        )
+    return "\n".join(lines)
+
+
+def memory_table(report: dict[str, Any]) -> str:
+    names = [n for n in SYSTEMS if n in report["systems"]]
+    roles = sorted({r for n in names for r in report["systems"][n]["memory_by_role_mb"]})
+    lines = ["| process (RSS MB at peak, median) | " + " | ".join(names) + " |"]
+    lines.append("|---" * (len(names) + 1) + "|")
+    for role in roles:
+        cells = [_fmt(report["systems"][n]["memory_by_role_mb"].get(role), 0) for n in names]
+        lines.append(f"| {role} | " + " | ".join(c if c != "n/a" else "" for c in cells) + " |")
     return "\n".join(lines)
 
 
 def write_markdown(report: dict[str, Any], folder: Path) -> Path:
     machine = report["machine"]
     lines = [
-        f"# Benchmark: ensemble (Ray Serve) vs legacy, profile `{report['profile']}`",
+        f"# Benchmark, profile `{report['profile']}`: {report['rounds']} interleaved rounds",
         "",
         f"Command: `{report['command']}`  ",
-        f"Started: {report['started_at']}  ",
+        f"Started: {report['started_at']}, finished: {report.get('finished_at', 'n/a')}  ",
         f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), "
         f"{machine['memory_gb']} GB, Python {machine['python']}, Ray {machine['ray']}, "
-        f"load average at start {machine['loadavg_at_start']}",
+        f"load average at start {machine['loadavg_at_start']}  ",
+        f"Order in each round: {', '.join(report['order'])}  ",
+        f"Load generator: {report['load_generator']}  ",
+        f"CPU isolation: {json.dumps(report['isolation'])}  ",
+        f"Held: {json.dumps(report['settings']['held_rule'])}",
         "",
         summary_table(report),
         "",
-        "## Step search (constant offered load, p95 ≤ 150 ms)",
+        "## Targets",
         "",
-        "| system | offered RPS | achieved RPS | p50 | p95 | p99 | errors | held |",
-        "|---|---|---|---|---|---|---|---|",
+        targets_table(report),
+        "",
+        "## Memory by process",
+        "",
+        memory_table(report),
     ]
-    for name in SYSTEMS:
-        for step in report["systems"][name].get("steps", []):
-            lines.append(
-                f"| {name} | {step['offered_rps']} | {_fmt(step['rps'])} "
-                f"| {_fmt(step['p50_ms'], 0)} | {_fmt(step['p95_ms'], 0)} "
-                f"| {_fmt(step['p99_ms'], 0)} | {step['failures']} "
-                f"| {'yes' if step['held'] else 'no'} |"
-            )
     if "ablation" in report:
-        lines += ["", "## Ablation (c=1 probe and step search per variant)", ""]
-        lines.append(ablation_table(report))
+        lines += ["", "## Ablation", "", ablation_table(report)]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| round | system | ready (s) | c=1 p50 | max logins/s held | peak RSS (MB) | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in report["runs"].items():
+        for r in runs:
+            lines.append(
+                f"| {r['round']} | {name} | {_fmt(r.get('ready_s'), 0)} "
+                f"| {_fmt(r.get('c1_p50_ms'))} | {_fmt(r.get('max_rps_held'))} "
+                f"| {_fmt(r.get('peak_rss_mb'), 0)} | {r.get('error', '')} |"
+            )
+    lines += [
+        "",
+        "## Step search",
+        "",
+        "| round | system | offered | achieved (all) | logins/s | p50 | p95 | p99 | failed "
+        "| degraded | held |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, runs in report["runs"].items():
+        for r in runs:
+            for s in r.get("steps", []):
+                lines.append(
+                    f"| {r['round']} | {name} | {s['offered_rps']} | {_fmt(s['total_rps'])} "
+                    f"| {_fmt(s['rps'])} | {_fmt(s['p50_ms'], 0)} | {_fmt(s['p95_ms'], 0)} "
+                    f"| {_fmt(s['p99_ms'], 0)} | {s['failures']} | {s['degraded']} "
+                    f"| {'yes' if s['held'] else 'no: ' + '; '.join(s['not_held_because'])} |"
+                )
     lines += ["", "![latency vs offered load](latency.png)", ""]
     path = folder / "report.md"
     path.write_text("\n".join(lines))
@@ -136,29 +312,48 @@ def write_plot(report: dict[str, Any], folder: Path) -> Path:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    styles = {"ensemble": "tab:blue", "legacy": "tab:red"}
-    for name in SYSTEMS:
-        # The last attempt at each level (a failed level is tried twice).
-        attempts = report["systems"][name].get("steps", [])
-        steps = list({s["offered_rps"]: s for s in attempts}.values())
-        if not steps:
-            continue
-        x = [s["offered_rps"] for s in steps]
-        for key, dash in (("p50_ms", ":"), ("p95_ms", "-"), ("p99_ms", "--")):
-            ax.plot(x, [s[key] for s in steps], dash, marker="o", color=styles[name],
-                    label=f"{name} {key[:3]}")  # fmt: skip
-    ax.axhline(150, color="grey", linewidth=1, label="p95 target 150 ms")
-    ax.set_xlabel("offered load (requests/s)")
-    ax.set_ylabel("latency (ms)")
-    ax.set_yscale("log")
-    # Plain millisecond labels: a log axis otherwise shows only powers of ten.
-    ax.set_yticks([5, 10, 20, 50, 100, 150, 200, 500, 1000, 2000, 5000])
-    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_title(f"Latency vs offered load, profile {report['profile']}")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
+    colours = dict(zip(SYSTEMS, ("tab:red", "tab:orange", "tab:blue", "tab:green"), strict=True))
+    names = [n for n in SYSTEMS if n in report["systems"]]
+    fig, (lat, bars) = plt.subplots(1, 2, figsize=(13, 5), width_ratios=(2, 1))
+    for name in names:
+        for i, run in enumerate(report["runs"][name]):
+            steps = sorted(run.get("steps", []), key=lambda s: s["offered_rps"])
+            if not steps:
+                continue
+            lat.plot(
+                [s["offered_rps"] for s in steps],
+                [s["p95_ms"] for s in steps],
+                "-o",
+                color=colours[name],
+                alpha=0.75,
+                markersize=3,
+                label=f"{name} p95" if i == 0 else None,
+            )
+    lat.axhline(150, color="grey", linewidth=1, label="p95 target 150 ms")
+    lat.set_xlabel("offered load (requests/s, open arrivals)")
+    lat.set_ylabel("p95 latency (ms)")
+    lat.set_yscale("log")
+    lat.set_xscale("log")
+    # Plain labels: a log axis otherwise shows only powers of ten.
+    lat.set_yticks([5, 10, 20, 50, 100, 150, 200, 500, 1000, 2000, 5000])
+    lat.set_xticks([10, 20, 50, 100, 200, 400])
+    for axis in (lat.xaxis, lat.yaxis):
+        axis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    lat.set_title(f"p95 vs offered load, every round, profile {report['profile']}")
+    lat.legend(fontsize=8)
+    lat.grid(True, which="both", alpha=0.3)
+
+    held = [report["systems"][n]["max_rps_held"] for n in names]
+    medians = [h["median"] if h else 0.0 for h in held]
+    errors = [
+        [h["median"] - h["min"] if h else 0.0 for h in held],
+        [h["max"] - h["median"] if h else 0.0 for h in held],
+    ]
+    bars.bar(names, medians, yerr=errors, capsize=6, color=[colours[n] for n in names])
+    bars.set_ylabel("max logins/s held (median, min-max)")
+    bars.set_title(f"{report['rounds']} rounds")
+    bars.tick_params(axis="x", labelrotation=20)
     path = folder / "latency.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)

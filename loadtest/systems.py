@@ -10,12 +10,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import psutil
 import requests
 import yaml
 
-from app.config.ray_env import SERVE_PROCESS_ENV
 from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT
 from app.local.processes import default_sigint
 from loadtest import variants
@@ -32,12 +32,18 @@ class ManagedProcess:
     """A child in its own session, stopped with SIGINT, then SIGTERM, then SIGKILL."""
 
     def __init__(
-        self, args: list[str], env: dict[str, str], log_path: Path, *, niceness: bool = False
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        before_exec: Callable[[], None] | None = None,
     ) -> None:
         self.args = args
         self.env = env
         self.log_path = log_path
-        self.niceness = niceness
+        # Runs in the child before exec (e.g. joining the system-under-test cgroup).
+        self.before_exec = before_exec
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -51,10 +57,15 @@ class ManagedProcess:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                # Started from a background job, we (and so the child) may ignore SIGINT;
-                # stop() relies on it reaching `serve run`, which then shuts Ray down.
-                preexec_fn=_serving_priority if self.niceness else default_sigint,
+                preexec_fn=self._preexec,
             )
+
+    def _preexec(self) -> None:
+        # Started from a background job, we (and so the child) may ignore SIGINT; stop()
+        # relies on it reaching `serve run`, which then shuts Ray down.
+        default_sigint()
+        if self.before_exec is not None:
+            self.before_exec()
 
     @property
     def pid(self) -> int:
@@ -114,17 +125,6 @@ def run_interruptible(run: Callable[[], object], log: Callable[[str], None]) -> 
     return 0
 
 
-# Both systems serve at the niceness Ray gives its worker processes (Serve's proxy and
-# replicas), so on the shared cores the load generator and dynalite come first for either
-# system under test alike, and locust's clock is not delayed by the server it measures.
-SERVING_NICENESS = 15
-
-
-def _serving_priority() -> None:
-    default_sigint()
-    os.nice(SERVING_NICENESS)
-
-
 def dynamo_env(endpoint_url: str, table: str) -> dict[str, str]:
     return {
         "OFFERS_DYNAMODB_ENDPOINT_URL": endpoint_url,
@@ -138,14 +138,14 @@ class System:
     """One system under test: a process tree serving `<base_url><route_prefix>/v1/offers`."""
 
     name: str
-    # Start the process at SERVING_NICENESS (Ray already runs its workers there).
-    serves_niced = False
 
     def __init__(self, port: int, route_prefix: str, log_path: Path) -> None:
         self.port = port
         self.route_prefix = route_prefix
         self.log_path = log_path
         self.process: ManagedProcess | None = None
+        # Runs in the system's first process before exec (loadtest.isolation).
+        self.before_exec: Callable[[], None] | None = None
 
     @property
     def base_url(self) -> str:
@@ -156,7 +156,7 @@ class System:
 
     def start(self, ready_timeout_s: float = 600.0) -> System:
         args, env = self._command()
-        self.process = ManagedProcess(args, env, self.log_path, niceness=self.serves_niced)
+        self.process = ManagedProcess(args, env, self.log_path, before_exec=self.before_exec)
         self.process.start()
         try:
             self._wait_ready(ready_timeout_s)
@@ -199,11 +199,12 @@ class System:
         self.stop()
 
 
-class LegacySystem(System):
-    """uvicorn with one worker per core, each loading every member (loadtest.legacy_server)."""
+class PeerSystem(System):
+    """A single-machine peer of the ensemble, served by uvicorn from the same artifacts,
+    feature table and HTTP API."""
 
-    name = "legacy"
-    serves_niced = True
+    factory: str  # uvicorn app factory
+    env_prefix: str  # the server's settings prefix
 
     def __init__(
         self,
@@ -217,25 +218,52 @@ class LegacySystem(System):
     ) -> None:
         super().__init__(port, route_prefix, log_path)
         self.version_dir = version_dir
+        # Worker processes: one per core unless told otherwise.
         self.workers = workers or os.cpu_count() or 1
         self.env = {
             **os.environ,
             **dynamo_env(endpoint_url, table),
-            "OFFERS_LEGACY_VERSION_DIR": str(version_dir),
+            f"{self.env_prefix}VERSION_DIR": str(version_dir),
         }
+
+    def web_workers(self) -> int:
+        return self.workers
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         args = [
             str(BIN / "uvicorn"),
-            "loadtest.legacy_server:create_app",
+            self.factory,
             "--factory",
-            f"--workers={self.workers}",
+            f"--workers={self.web_workers()}",
             "--host=127.0.0.1",
             f"--port={self.port}",
             "--no-access-log",
             "--log-level=warning",
         ]
         return args, self.env
+
+
+class LegacySystem(PeerSystem):
+    """uvicorn with one worker per core, each loading every member (loadtest.legacy_server)."""
+
+    name = "legacy"
+    factory = "loadtest.legacy_server:create_app"
+    env_prefix = "OFFERS_LEGACY_"
+
+
+class PoolSystem(PeerSystem):
+    """One uvicorn web process handing scoring to a process pool (loadtest.pool_server)."""
+
+    name = "pool"
+    factory = "loadtest.pool_server:create_app"
+    env_prefix = "OFFERS_POOL_"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env["OFFERS_POOL_WORKERS"] = str(self.workers)
+
+    def web_workers(self) -> int:
+        return 1  # the pool's worker processes are the parallelism
 
 
 class EnsembleSystem(System):
@@ -285,7 +313,8 @@ def derived_serve_config(
     app["args"] = {**app.get("args", {}), "profile": profile}
     env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
     env.update(dynamo_env(endpoint_url, table))
-    ray_env = dict(SERVE_PROCESS_ENV) if variant is None else variants.apply(variant, app)
+    if variant is not None:
+        variants.apply(variant, app)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(document, sort_keys=False))
-    return out, app["route_prefix"], ray_env
+    return out, app["route_prefix"], variants.ray_env(variant)

@@ -1,0 +1,253 @@
+"""Where a login's CPU goes: py-spy profiles of the serving processes at a steady load.
+
+    .venv/bin/python -m loadtest.profile_replicas --rps 30 --seconds 20
+
+Starts the ensemble as shipped (serve_config.yaml, Serve's process settings) against a
+seeded dynalite, drives it with locust at a constant open-loop rate, and records every
+replica (supervisors, member deployments) and the Serve proxy actor with `py-spy record`
+(non-blocking, 100 Hz) for `--seconds` while the load runs. HAProxy, the ingress, is C and
+is measured by CPU time only.
+
+Each sample's stack is attributed to the innermost frame that belongs to a known layer
+(model compute, application code, Serve, Ray core and gRPC, HTTP stack, event loop, the
+DynamoDB client); "cores" is samples / (seconds x rate), the CPU a process's Python threads
+used. Writes loadtest/results/<timestamp>-profile/ (profile.json, profile.md, raw stacks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from app.config.settings import get_settings
+from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import configured_apps
+from loadtest.locust_runner import LoadTarget, run_locust
+from loadtest.resources import role
+from loadtest.systems import EnsembleSystem, derived_serve_config, run_interruptible
+from models.train import ensure_trained
+
+RESULTS = PROJECT_ROOT / "loadtest" / "results"
+TABLE = "player-features-profile"
+RATE_HZ = 100
+# Innermost matching frame wins; the order only breaks ties within one frame.
+LAYERS = (
+    ("model compute", ("xgboost", "sklearn", "numpy", "scipy")),
+    ("DynamoDB client", ("botocore", "boto3", "urllib3")),
+    ("application code", ("/app/",)),
+    ("HTTP stack", ("uvicorn", "starlette", "fastapi", "h11", "httptools", "pydantic")),
+    ("Serve", ("ray/serve/",)),
+    ("Ray core / gRPC", ("ray/_private", "ray/_raylet", "grpc", "ray/util", "ray/actor")),
+    ("event loop", ("asyncio", "selectors", "uvloop", "concurrent/futures", "threading")),
+)
+
+
+def log(message: str) -> None:
+    print(f"[profile {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def layer_of(stack: str) -> str:
+    """The layer of a py-spy raw stack ("outer;...;inner"): its innermost known frame."""
+    for frame in reversed(stack.split(";")):
+        for layer, markers in LAYERS:
+            if any(marker in frame for marker in markers):
+                return layer
+    return "other"
+
+
+def summarise(raw: str, seconds: float) -> dict[str, Any]:
+    layers: Counter[str] = Counter()
+    leaves: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        layers[layer_of(stack)] += n
+        leaves[stack.split(";")[-1].strip()] += n
+    return {
+        "samples": total,
+        "cores": round(total / (seconds * RATE_HZ), 3),
+        "by_layer": {k: round(v / total, 3) for k, v in layers.most_common()} if total else {},
+        "top_frames": [[frame, round(n / total, 3)] for frame, n in leaves.most_common(12)]
+        if total
+        else [],
+    }
+
+
+def targets(system: EnsembleSystem) -> dict[str, int]:
+    """The processes to profile, by role (a deployment's replicas numbered)."""
+    assert system.process is not None
+    found: dict[str, int] = {}
+    for proc in system.process.tree():
+        try:
+            name = role(" ".join(proc.cmdline()))
+        except psutil.Error:
+            continue
+        if name.startswith("replica:") or name in {"serve proxy actor", "haproxy"}:
+            key, i = name, 1
+            while key in found:
+                i += 1
+                key = f"{name}#{i}"
+            found[key] = proc.pid
+    return found
+
+
+def run(args: argparse.Namespace) -> Path:
+    app = configured_apps(args.config)[0]
+    folder = RESULTS / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-profile")
+    folder.mkdir(parents=True)
+    ensure_trained(
+        app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
+    )
+    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
+        client = dynalite.client(timeout_s=10.0)
+        ensure_table(client, TABLE)
+        seed_game(client, TABLE, app.args.game, args.players)
+        port = free_port()
+        config, prefix, ray_env = derived_serve_config(
+            args.config,
+            profile=args.profile,
+            port=port,
+            endpoint_url=dynalite.endpoint_url,
+            table=TABLE,
+            out=folder / "serve_config.yaml",
+        )
+        with EnsembleSystem(config, prefix, port, folder / "ensemble.log", ray_env) as system:
+            pids = targets(system)
+            log(f"ready; profiling {', '.join(pids)}")
+            target = LoadTarget(port, prefix, app.args.game, args.players)
+            load: dict[str, Any] = {}
+            users = max(1, round(args.rps / args.user_rps))
+            driver = threading.Thread(
+                target=lambda: load.update(
+                    result=run_locust(
+                        target,
+                        folder / "locust",
+                        users=users,
+                        user_rps=args.user_rps,
+                        run_time_s=args.seconds + 15,
+                        arrivals="open",
+                    )
+                )
+            )
+            driver.start()
+            time.sleep(8)  # users spawned, caches warm
+            cpu_before = {k: _cpu(p) for k, p in pids.items()}
+            spies = {
+                name: subprocess.Popen(
+                    [
+                        str(Path(sys.executable).parent / "py-spy"),
+                        "record",
+                        "--pid",
+                        str(pid),
+                        "--duration",
+                        str(args.seconds),
+                        "--rate",
+                        str(RATE_HZ),
+                        "--format",
+                        "raw",
+                        "--nonblocking",
+                        "--output",
+                        str(folder / f"{name.replace(':', '-')}.txt"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                )  # fmt: skip
+                for name, pid in pids.items()
+                if name != "haproxy"
+            }
+            for spy in spies.values():
+                spy.wait(timeout=args.seconds + 60)
+            cpu_after = {k: _cpu(p) for k, p in pids.items()}
+            driver.join()
+    result = load["result"]
+    report: dict[str, Any] = {
+        "command": args.command,
+        "offered_rps": args.rps,
+        "achieved_rps": result.total_rps,
+        "p50_ms": result.p50_ms,
+        "p95_ms": result.p95_ms,
+        "seconds": args.seconds,
+        "processes": {},
+    }
+    for name in pids:
+        cpu = (cpu_after[name] - cpu_before[name]) / args.seconds
+        entry: dict[str, Any] = {"cpu_cores": round(cpu, 3)}
+        raw = folder / f"{name.replace(':', '-')}.txt"
+        if raw.is_file():
+            entry |= summarise(raw.read_text(), args.seconds)
+        report["processes"][name] = entry
+    (folder / "profile.json").write_text(json.dumps(report, indent=2))
+    (folder / "profile.md").write_text(markdown(report))
+    print(markdown(report))
+    log(f"profile: {folder / 'profile.md'}")
+    return folder
+
+
+def _cpu(pid: int) -> float:
+    try:
+        times = psutil.Process(pid).cpu_times()
+        return times.user + times.system
+    except psutil.Error:
+        return 0.0
+
+
+def markdown(report: dict[str, Any]) -> str:
+    layers = [name for name, _ in LAYERS] + ["other"]
+    lines = [
+        f"Command: `{report['command']}`; {report['offered_rps']} rps offered, "
+        f"{report['achieved_rps']:.1f} achieved, p50 {report['p50_ms']:.0f} ms, "
+        f"p95 {report['p95_ms']:.0f} ms, {report['seconds']} s sampled.",
+        "",
+        "| process | CPU (cores) | " + " | ".join(layers) + " |",
+        "|---" * (len(layers) + 2) + "|",
+    ]
+    for name, p in report["processes"].items():
+        shares = p.get("by_layer", {})
+        cells = [f"{100 * shares[k]:.0f}%" if k in shares else "" for k in layers]
+        lines.append(f"| {name} | {p['cpu_cores']:.2f} | " + " | ".join(cells) + " |")
+    lines += ["", "Top frames (self time) per process:", ""]
+    for name, p in report["processes"].items():
+        frames = p.get("top_frames", [])[:5]
+        top = ", ".join(f"{frame} {100 * share:.0f}%" for frame, share in frames)
+        if top:
+            lines.append(f"- {name}: {top}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.profile_replicas", description=__doc__
+    )
+    parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
+    parser.add_argument("--profile", default="standard", help="member-cost profile")
+    parser.add_argument("--rps", type=float, default=30.0, help="offered load, open loop")
+    parser.add_argument("--user-rps", type=float, default=0.5)
+    parser.add_argument("--seconds", type=int, default=20, help="profiled window")
+    parser.add_argument("--players", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    args.command = " ".join(["python -m loadtest.profile_replicas", *(argv or sys.argv[1:])])
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_interruptible(lambda: run(args), log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
