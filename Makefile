@@ -36,7 +36,8 @@ run: setup
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Ensemble vs legacy, one run on this machine; report in loadtest/results/<timestamp>/.
+# The ensemble against legacy and the process pool in interleaved rounds; report in
+# loadtest/results/<timestamp>/ (README, Benchmark).
 bench: setup
 	$(BIN)/python -m loadtest.bench --profile $(PROFILE) $(BENCH_ARGS)
 

@@ -199,11 +199,20 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def _cpu(pid: int) -> float:
+    """CPU seconds of a process and its live children (HAProxy's master forks its worker)."""
     try:
-        times = psutil.Process(pid).cpu_times()
-        return times.user + times.system
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
     except psutil.Error:
         return 0.0
+    total = 0.0
+    for each in procs:
+        try:
+            times = each.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def markdown(report: dict[str, Any]) -> str:
