@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -25,6 +26,7 @@ from app.config.settings import Settings
 from app.contract.feature_schema import FeatureSchema, FeatureValue
 from app.core.coalescing import Coalescer, Pending
 from app.core.feature_source import FeatureStoreUnavailable
+from app.core.telemetry import NoTelemetry, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +79,10 @@ class FeatureStore:
         game: str,
         *,
         client: Any = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._schema = schema
+        self._telemetry = telemetry or NoTelemetry()
         self._game = game
         self._table = settings.dynamodb_table
         self._client = client if client is not None else make_client(settings)
@@ -194,9 +198,15 @@ class FeatureStore:
         if not wanted:
             return
         loop = asyncio.get_running_loop()
-        found, unprocessed = await loop.run_in_executor(
-            self._executor, self._guarded, self._batch_get, wanted
-        )
+        started = time.perf_counter()
+        try:
+            found, unprocessed = await loop.run_in_executor(
+                self._executor, self._guarded, self._batch_get, wanted
+            )
+        except FeatureStoreUnavailable:
+            self._observe("BatchGetItem", started, ok=False)
+            raise
+        self._observe("BatchGetItem", started, ok=True)
         throttled = set(unprocessed)
         for pending in batch:
             if pending.future.done():
@@ -238,9 +248,15 @@ class FeatureStore:
                 item = await self._batches.submit(player_id)
             else:
                 loop = asyncio.get_running_loop()
-                item = await loop.run_in_executor(
-                    self._executor, self._guarded, self._get_item, player_id
-                )
+                started = time.perf_counter()
+                try:
+                    item = await loop.run_in_executor(
+                        self._executor, self._guarded, self._get_item, player_id
+                    )
+                except FeatureStoreUnavailable:
+                    self._observe("GetItem", started, ok=False)
+                    raise
+                self._observe("GetItem", started, ok=True)
         except asyncio.CancelledError:
             # No login cancels this task (they wait on it through a shield): its queued read
             # or thread was cancelled because the store is closing (replica shutdown).
@@ -249,6 +265,12 @@ class FeatureStore:
         if item is not None and self._cache is not None:
             self._cache[player_id] = item
         return item
+
+    def _observe(self, operation: str, started: float, *, ok: bool) -> None:
+        # On the event loop, after the call: the read as a login waits for it (pool queueing
+        # included). An open breaker's instant refusal counts too, as an error.
+        self._telemetry.dynamodb_read(operation, (time.perf_counter() - started) * 1000.0, ok)
+        self._telemetry.breaker(self._breaker.state)
 
     def cached_row(
         self, player_id: str, overrides: Mapping[str, FeatureValue] | None = None

@@ -89,7 +89,9 @@ def build_http_api(
     admission: AdmissionGate,
     retry_after_s: float,
     api_key_sha256: SecretStr | None = None,
+    knobs: Callable[[], tuple[dict[str, Any], str | None]] | None = None,
 ) -> FastAPI:
+    """`knobs`: the replica's live knobs and its last refused change, for GET /v1/ensemble."""
     # The key check (and its security scheme in the OpenAPI document) only when auth is on.
     authenticated = [Depends(api_key_check(api_key_sha256))] if api_key_sha256 else []
     api = FastAPI(
@@ -145,7 +147,10 @@ def build_http_api(
         dependencies=authenticated,
     )
     async def ensemble() -> EnsembleInfo:
-        return describe(service.manifest)
+        info = describe(service.manifest)
+        if knobs is not None:
+            info.knobs, info.knobs_rejected = knobs()
+        return info
 
     return api
 

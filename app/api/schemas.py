@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,6 +78,17 @@ class OfferResponse(BaseModel):
         description="members left out, with why: timeout, bad_output or the error type",
     )
     timings: Timings
+    assigned_version: str | None = Field(
+        default=None,
+        description="the version the game's split assigned this player to (POST "
+        "/<game>/v1/offers); null on a version's own route",
+    )
+    rerouted_reason: Literal["unavailable", "failed", "timeout"] | None = Field(
+        default=None,
+        description="why another version than the assigned one answered: its application "
+        "is missing or not running, it failed, or it did not answer in time; null if the "
+        "assigned version answered",
+    )
 
 
 class MemberInfo(BaseModel):
@@ -100,6 +111,28 @@ class EnsembleInfo(BaseModel):
     offers: list[OfferOut]
     fallback_offer_id: str
     members: list[MemberInfo]
+    knobs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the runtime knobs this replica applies (request_budget_ms, quorum, "
+        "straggler_grace_ms, member_weights, coalescing)",
+    )
+    knobs_rejected: str | None = Field(
+        default=None,
+        description="the last live change this replica refused, and why; null if none",
+    )
+
+
+class VersionShare(BaseModel):
+    version: str
+    application: str
+    weight: float
+    share: float
+
+
+class SplitInfo(BaseModel):
+    game: str
+    versions: list[VersionShare]
+    weights_rejected: str | None = None
 
 
 class Health(BaseModel):

@@ -12,6 +12,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.config.knobs import CoalescingLimits, SupervisorKnobs
 from app.config.settings import get_settings
 from app.contract.artifacts import version_dir
 from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
@@ -163,6 +164,10 @@ class EnsembleAppArgs(_Strict):
         "this much longer for the others (null: until the request's budget runs out). Bounds "
         "what a dead replica that Serve still routes to costs every login.",
     )
+    member_weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="member name -> weight instead of its trained weight (0: weighted out)",
+    )
     retry_after_s: float = Field(default=1.0, ge=0, description="Retry-After on 503")
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     supervisor: DeploymentArgs = Field(default_factory=lambda: SUPERVISOR_DEFAULTS)
@@ -204,6 +209,21 @@ class EnsembleAppArgs(_Strict):
             if not name.startswith("member-"):
                 raise ValueError(f"member_deployments: {name!r} is not a member deployment name")
         return self
+
+    def knobs(self) -> SupervisorKnobs:
+        """The supervisor's runtime knobs as these args set them: the baseline a live
+        user_config is merged over (app.config.knobs)."""
+        return SupervisorKnobs(
+            request_budget_ms=self.request_budget_ms,
+            quorum=self.quorum,
+            straggler_grace_ms=self.straggler_grace_ms,
+            member_weights=self.member_weights,
+            coalescing=CoalescingLimits(
+                max_rows=self.coalescing.max_rows,
+                max_in_flight=self.coalescing.max_in_flight,
+                max_hold_ms=self.coalescing.max_hold_ms,
+            ),
+        )
 
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root

@@ -66,6 +66,15 @@ class Coalescer(Generic[Item, Out]):
     def in_flight(self) -> int:
         return self._in_flight
 
+    def configure(self, *, max_size: int, max_in_flight: int) -> None:
+        """New limits for the batches taken from now on (live knobs)."""
+        if max_size < 1 or max_in_flight < 1:
+            raise ValueError("max_size and max_in_flight must be at least 1")
+        self.max_size = max_size
+        self.max_in_flight = max_in_flight
+        if self._queue:  # a higher limit may let queued calls go at once
+            self._schedule_flush()
+
     def enqueue(self, item: Item, size: int = 1) -> asyncio.Future[Out]:
         """The future of the item's result; cancelling it drops the item if still queued."""
         future: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
@@ -188,6 +197,13 @@ class CoalescingScorer:
         )
         self._readers: dict[FanoutRound, int] = {}
 
+    def configure(self, *, max_rows: int, max_in_flight: int, max_hold_s: float) -> None:
+        """Live limits: the next batch taken uses them; batches in flight are left alone."""
+        if max_rows < 1 or max_in_flight < 1 or max_hold_s <= 0:
+            raise ValueError("max_rows and max_in_flight must be >= 1, max_hold_s > 0")
+        self._max_hold_s = max_hold_s
+        self._coalescer.configure(max_size=max_rows, max_in_flight=max_in_flight)
+
     async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(budget_s, 0.0)
@@ -213,6 +229,7 @@ class CoalescingScorer:
 
     async def _run(self, batch: list[Pending[np.ndarray, _Share]]) -> None:
         matrix = batch[0].item if len(batch) == 1 else np.concatenate([p.item for p in batch])
+        self._fanout.telemetry.batch(len(batch), matrix.shape[0])
         round_ = self._fanout.launch(matrix)
         self._readers[round_] = len(batch)
         start = 0

@@ -8,9 +8,10 @@ Fan-out width is the number of groups.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from app.core.aggregation import MemberScores
 from app.core.tally_log import TallyLog
+from app.core.telemetry import NoTelemetry, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -65,11 +67,18 @@ class FanoutRound:
         *,
         quorum_weight: float = 0.0,
         straggler_grace_s: float | None = None,
+        weights: Mapping[str, float] | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.started = time.perf_counter()
+        self._telemetry = telemetry or NoTelemetry()
+        # Effective member weights (live overrides of the trained ones) for this round.
+        self._weights = dict(weights or {})
         self.rows = matrix.shape[0]
         self._problems = problems  # failed or malformed group replies, logged as a tally
         self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
+        for task, group in self._tasks.items():
+            task.add_done_callback(functools.partial(self._group_done, group))
         # Once groups holding quorum_weight have answered, the rest get straggler_grace_s
         # more, not the whole budget: a replica that died where Serve's router still sends
         # work (a lost node) or hangs otherwise would make every login wait its full budget.
@@ -90,7 +99,7 @@ class FanoutRound:
             # Only usable answers count: a group whose reply is dropped (error, wrong shape)
             # must not start the grace and cut off the groups the quorum still needs.
             answered = sum(
-                sum(m.weight for m in group.members)
+                sum(self._weight(m) for m in group.members)
                 for task, group in self._tasks.items()
                 if task.done() and isinstance(self._outcome(task, group), np.ndarray)
             )
@@ -120,6 +129,17 @@ class FanoutRound:
         """Until every group answered, failed or was cancelled."""
         await asyncio.shield(self._finished)
 
+    def _group_done(self, group: MemberGroupClient, task: asyncio.Future[np.ndarray]) -> None:
+        # Once per round and group, however many logins share the round.
+        if task.cancelled() or task.exception() is not None:
+            return
+        latency_ms = (time.perf_counter() - self.started) * 1000.0
+        for member in group.members:
+            self._telemetry.member_latency(member.name, latency_ms)
+
+    def _weight(self, member: MemberRef) -> float:
+        return self._weights.get(member.name, member.weight)
+
     def cancel(self) -> None:
         """Stop work nobody waits for any more (budget spent or every caller gone)."""
         for task in self._tasks:
@@ -141,9 +161,13 @@ class FanoutRound:
                 if isinstance(outcome, str):
                     missing[member.name] = outcome
                     continue
+                weight = self._weight(member)
+                if weight <= 0.0:
+                    missing[member.name] = WEIGHTED_OUT
+                    continue
                 scores = outcome[i, rows]
                 if np.all((scores >= 0.0) & (scores <= 1.0)):  # False for NaN as well
-                    answers.append(MemberScores(member.name, member.weight, scores))
+                    answers.append(MemberScores(member.name, weight, scores))
                 else:
                     missing[member.name] = "bad_output"
         return FanoutResult(answers, missing, (time.perf_counter() - self.started) * 1000.0)
@@ -179,6 +203,9 @@ class FanoutRound:
         return scores
 
 
+# Why a member with a live weight of 0 is not in an answer.
+WEIGHTED_OUT = "weighted_out"
+
 # A group's scores, shape (members, rows), or why it has none ("timeout", "bad_output",
 # the error type).
 _Outcome = np.ndarray | str
@@ -194,6 +221,7 @@ class Fanout:
         *,
         quorum: float = 0.0,
         straggler_grace_s: float | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         """`quorum` (share of the members' weight) and `straggler_grace_s`: once members
         holding the quorum answered, wait at most the grace for the others (None: until the
@@ -211,8 +239,20 @@ class Fanout:
         self.member_order = {name: i for i, name in enumerate(member_order or names)}
         # A dead member fails every round: one line per interval, not one per login.
         self._problems = TallyLog(logger, "member group failures")
-        total = sum(m.weight for g in groups for m in g.members)
-        self._quorum_weight = quorum * total
+        self.telemetry = telemetry or NoTelemetry()
+        self.trained_weights = {m.name: m.weight for g in groups for m in g.members}
+        self.configure(quorum=quorum, straggler_grace_s=straggler_grace_s)
+
+    def configure(
+        self,
+        *,
+        quorum: float,
+        straggler_grace_s: float | None,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
+        """Live knobs; rounds already in flight keep the values they started with."""
+        self._weights = {**self.trained_weights, **(weights or {})}
+        self._quorum_weight = quorum * sum(self._weights.values())
         self._grace_s = straggler_grace_s
 
     def launch(self, matrix: np.ndarray) -> FanoutRound:
@@ -222,6 +262,8 @@ class Fanout:
             self._problems,
             quorum_weight=self._quorum_weight,
             straggler_grace_s=self._grace_s,
+            weights=self._weights,
+            telemetry=self.telemetry,
         )
 
     def ordered(self, result: FanoutResult) -> FanoutResult:

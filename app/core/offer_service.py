@@ -23,6 +23,7 @@ from app.core.fanout import EnsembleScorer, FanoutResult
 from app.core.feature_source import FeatureSource, FeatureStoreUnavailable
 from app.core.offers import OfferCatalog, OfferDecision
 from app.core.tally_log import TallyLog
+from app.core.telemetry import NoTelemetry, Telemetry
 
 logger = logging.getLogger(__name__)
 
@@ -96,19 +97,43 @@ class OfferService:
         *,
         request_budget_ms: float,
         quorum: float,
+        telemetry: Telemetry | None = None,
     ) -> None:
+        self.manifest = manifest
+        self._telemetry = telemetry or NoTelemetry()
+        self.catalog = OfferCatalog(manifest)
+        self._features = features
+        self._scorer = scorer
+        self.configure(request_budget_ms=request_budget_ms, quorum=quorum)
+        self._fallbacks = TallyLog(logger, "fallback answers")
+
+    def configure(
+        self,
+        *,
+        request_budget_ms: float,
+        quorum: float,
+        weights: Mapping[str, float] | None = None,
+    ) -> None:
+        """Live knobs (the replica's reconfigure); logins in flight keep their own budget.
+
+        `weights`: member name -> live weight, for the quorum's denominator (the scorer applies
+        the same weights to the answers it returns).
+        """
         if request_budget_ms <= 0:
             raise ValueError(f"request_budget_ms must be positive, got {request_budget_ms}")
         if not 0.0 <= quorum <= 1.0:
             raise ValueError(f"quorum is a share of the ensemble's weight, got {quorum}")
-        self.manifest = manifest
-        self.catalog = OfferCatalog(manifest)
-        self._features = features
-        self._scorer = scorer
+        live = weights or {}
+        total = sum(live.get(e.name, e.weight) for e in self.manifest.members)
+        if total <= 0:
+            raise ValueError("member weights must leave a positive total")
         self._budget_ms = request_budget_ms
         self._quorum = quorum
-        self._total_weight = sum(e.weight for e in manifest.members)
-        self._fallbacks = TallyLog(logger, "fallback answers")
+        self._total_weight = total
+
+    @property
+    def budget_ms(self) -> float:
+        return self._budget_ms
 
     @property
     def game(self) -> str:
@@ -143,6 +168,7 @@ class OfferService:
         reason: FallbackReason | None = None
         # A cached row is taken at once: no read, and no trip through the event loop.
         row = self._features.cached_row(query.player_id, query.overrides)
+        self._telemetry.cache_lookup(row is not None)
         if row is None:
             row, reason = await self._read_row(query, deadline, budget_ms)
         features_ms = deadline.elapsed_ms()
@@ -206,6 +232,17 @@ class OfferService:
         deadline: Deadline,
         features_ms: float,
     ) -> OfferAnswer:
+        total_ms = deadline.elapsed_ms()
+        telemetry = self._telemetry
+        telemetry.answer(
+            "personalized" if reason is None else "fallback",
+            "none" if reason is None else reason.value,
+            total_ms,
+        )
+        if fanout is not None:
+            telemetry.members_answered(len(fanout.answers))
+            for member, why in fanout.missing.items():
+                telemetry.member_missing(member, why)
         return OfferAnswer(
             request_id=request_id,
             game=self.game,
@@ -217,5 +254,5 @@ class OfferService:
             members_total=len(self.manifest.members),
             features_ms=features_ms,
             fanout_ms=fanout.elapsed_ms if fanout else 0.0,
-            total_ms=deadline.elapsed_ms(),
+            total_ms=total_ms,
         )

@@ -8,12 +8,15 @@ from ray.serve import Application, Deployment
 from ray.serve.config import BackpressureConfig
 
 from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
+from app.config.router_args import RouterAppArgs
 from app.contract.manifest import MANIFEST_FILENAME, load_manifest
 from app.serving.member_group import MemberGroupDeployment
 from app.serving.member_layout import MemberGroup, plan_groups
+from app.serving.router import RouterConfig, VersionRouter
 from app.serving.supervisor import Supervisor, SupervisorConfig
 
 SUPERVISOR_DEPLOYMENT = "supervisor"
+ROUTER_DEPLOYMENT = "router"
 
 
 class ArtifactsMissing(FileNotFoundError):
@@ -42,6 +45,12 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         )
     groups = plan_groups(manifest.members, args.layout)
     check_member_deployments(args, groups)
+    try:
+        knobs = args.knobs().checked(
+            {e.name: e.weight for e in manifest.members}, args.batching.max_batch_rows
+        )
+    except ValueError as exc:
+        raise ImpossibleConfig(f"{args.game}/{args.version}: {exc}") from exc
     member_config = MemberGroupConfig(batching=args.batching, faults=args.faults).model_dump()
     deployments = {
         group.deployment: _deployment(MemberGroupDeployment)
@@ -59,18 +68,44 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         # Overload is an explicit, retryable answer: 503 + Retry-After. The supervisor's own
         # admission gate (args.admission) refuses first; this is Serve's backstop behind it.
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
+        # The live knobs start empty: the args' values apply until a Serve config sets
+        # `user_config` for this deployment (partial: merged over them). Changing them there
+        # reconfigures the running replicas; changing args replaces them.
+        user_config={},
     )
     config = SupervisorConfig(
         version_dir=str(version_dir),
-        request_budget_ms=args.request_budget_ms,
-        quorum=args.quorum,
-        straggler_grace_ms=args.straggler_grace_ms,
+        knobs=knobs,
+        coalescing_enabled=args.coalescing.enabled,
+        max_batch_rows=args.batching.max_batch_rows,
         groups={g.deployment: [e.name for e in g.members] for g in groups},
-        coalescing=args.coalescing,
         max_in_flight=args.admission.max_in_flight,
         retry_after_s=args.retry_after_s,
     )
     app: Application = supervisor.bind(config, deployments)
+    return app
+
+
+def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
+    """A game's version router: POST /<game>/v1/offers, sticky by player, over the
+    applications of its versions (each built by build_app). Weights are live: the
+    deployment's user_config ({"weights": {...}}) overrides the args' weights."""
+    args = RouterAppArgs.model_validate(args)
+    router = _deployment(VersionRouter).options(
+        **args.router.to_options(ROUTER_DEPLOYMENT),
+        backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
+        user_config={},
+    )
+    config = RouterConfig(
+        game=args.game,
+        applications=args.applications(),
+        weights=args.weights(),
+        ingress_deployment=SUPERVISOR_DEPLOYMENT,
+        request_budget_ms=args.request_budget_ms,
+        failover_reserve_ms=args.failover_reserve_ms,
+        retry_after_s=args.retry_after_s,
+    )
+    app: Application = router.bind(config)
     return app
 
 

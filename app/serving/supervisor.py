@@ -12,8 +12,9 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
+from app.api.routed import answer_routed
 from app.api.routes import build_http_api
-from app.config.app_args import CoalescingConfig
+from app.config.knobs import SupervisorKnobs, explain
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.core.admission import AdmissionGate
@@ -22,6 +23,7 @@ from app.core.fanout import EnsembleScorer, Fanout
 from app.core.offer_service import OfferService
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.member_group import HandleGroupClient
+from app.serving.telemetry import SupervisorTelemetry
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +34,14 @@ class SupervisorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version_dir: str
-    request_budget_ms: float = Field(gt=0)
-    quorum: float = Field(ge=0, le=1)
-    straggler_grace_ms: float | None = Field(ge=0)
+    # The runtime knobs as the app's args set them; a live user_config is merged over these
+    # (app.config.knobs). They are init args, so they only change with the args.
+    knobs: SupervisorKnobs
+    coalescing_enabled: bool
+    # The members' batching.max_batch_rows: the ceiling of a live coalescing.max_rows.
+    max_batch_rows: int = Field(ge=1)
     # deployment name -> names of the members it hosts (app.serving.member_layout)
     groups: dict[str, list[str]]
-    coalescing: CoalescingConfig
     max_in_flight: int = Field(ge=1)
     retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
@@ -66,36 +70,41 @@ class Supervisor:
             for name, members in config.groups.items()
         ]
         member_order = [e.name for e in manifest.members]
-        fanout = Fanout(
-            clients,
-            member_order=member_order,
-            quorum=config.quorum,
-            straggler_grace_s=(
-                None if config.straggler_grace_ms is None else config.straggler_grace_ms / 1000.0
-            ),
-        )
+        telemetry = SupervisorTelemetry(manifest.game, manifest.version)
+        baseline = config.knobs
+        self._baseline = baseline
+        self._trained_weights = {e.name: e.weight for e in manifest.members}
+        self._max_batch_rows = config.max_batch_rows
+        self._fanout = Fanout(clients, member_order=member_order, telemetry=telemetry)
         self._coalescing: CoalescingScorer | None = None
-        scorer: EnsembleScorer = fanout
-        if config.coalescing.enabled:
+        scorer: EnsembleScorer = self._fanout
+        if config.coalescing_enabled:
             scorer = self._coalescing = CoalescingScorer(
-                fanout,
-                max_rows=config.coalescing.max_rows,
-                max_in_flight=config.coalescing.max_in_flight,
-                max_hold_s=config.coalescing.max_hold_ms / 1000.0,
+                self._fanout,
+                max_rows=baseline.coalescing.max_rows,
+                max_in_flight=baseline.coalescing.max_in_flight,
+                max_hold_s=baseline.coalescing.max_hold_ms / 1000.0,
             )
         self._admission = AdmissionGate(config.max_in_flight)
         self._retry_after_s = config.retry_after_s
         settings = get_settings()
         self._api_key_sha256 = settings.api_key_sha256
-        self._store = FeatureStore(settings, manifest.feature_schema, manifest.game)
+        self._store = FeatureStore(
+            settings, manifest.feature_schema, manifest.game, telemetry=telemetry
+        )
+        telemetry.breaker(self._store.breaker_state)
         self._closed = False
         self._service = OfferService(
             manifest,
             self._store,
             scorer,
-            request_budget_ms=config.request_budget_ms,
-            quorum=config.quorum,
+            request_budget_ms=baseline.request_budget_ms,
+            quorum=baseline.quorum,
+            telemetry=telemetry,
         )
+        self._knobs = baseline
+        self._knobs_rejected: str | None = None
+        self._apply(baseline)
         # Not ready until every member has answered once (or the warm-up budget is spent)
         # and the feature store's client has made one real call: members start alongside
         # the supervisor, and cold handles or a cold client would eat real budgets.
@@ -110,12 +119,67 @@ class Supervisor:
                 "members not warm after %.0fs: %s", config.warmup_timeout_s, warm.missing
             )
 
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Live knobs (Serve's user_config), merged over the args' baseline.
+
+        Never raises: Serve would mark the replica failed and start it again with the same
+        config, a restart loop. A change that does not validate is logged and refused, the
+        replica keeps what it had, and GET /v1/ensemble shows the refusal.
+        """
+        try:
+            knobs = self._baseline.merged(user_config).checked(
+                self._trained_weights, self._max_batch_rows
+            )
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            self._knobs_rejected = f"{user_config!r}: {explain(exc)}"
+            logger.error("refused knobs change, keeping %s: %s", self._knobs, self._knobs_rejected)
+            return
+        self._apply(knobs)
+        self._knobs_rejected = None
+        logger.info("knobs applied: %s", knobs.model_dump())
+
+    def _apply(self, knobs: SupervisorKnobs) -> None:
+        weights = knobs.weights(self._trained_weights)
+        grace = knobs.straggler_grace_ms
+        self._fanout.configure(
+            quorum=knobs.quorum,
+            straggler_grace_s=None if grace is None else grace / 1000.0,
+            weights=weights,
+        )
+        if self._coalescing is not None:
+            self._coalescing.configure(
+                max_rows=knobs.coalescing.max_rows,
+                max_in_flight=knobs.coalescing.max_in_flight,
+                max_hold_s=knobs.coalescing.max_hold_ms / 1000.0,
+            )
+        self._service.configure(
+            request_budget_ms=knobs.request_budget_ms, quorum=knobs.quorum, weights=weights
+        )
+        self._knobs = knobs
+
+    def _knobs_view(self) -> tuple[dict[str, Any], str | None]:
+        return self._knobs.model_dump(mode="json"), self._knobs_rejected
+
+    async def route_offer(
+        self, payload: dict[str, Any], request_id: str | None = None
+    ) -> dict[str, Any]:
+        """A login from the game's version router (a handle call, not HTTP): the same
+        answer as POST /v1/offers, as a dict (app.api.routed)."""
+        return await answer_routed(
+            self._service,
+            self._admission,
+            payload,
+            request_id=request_id,
+            retry_after_s=self._retry_after_s,
+        )
+
     def __serve_build_asgi_app__(self) -> FastAPI:
         return build_http_api(
             self._service,
             admission=self._admission,
             retry_after_s=self._retry_after_s,
             api_key_sha256=self._api_key_sha256,
+            knobs=self._knobs_view,
         )
 
     def __del__(self) -> None:

@@ -138,7 +138,7 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
         try:
             _wait_for_dashboard(ray)
             cli("serve", "deploy", str(config), "--address", DASHBOARD)
-            status = _wait_running([*(a.name for a in apps), "auth-check"])
+            status = _wait_running([*(a.name for a in apps), ROUTER_APP, "auth-check"])
             yield apps, status, client, table, (temp_dir, gcs_port)
         finally:
             cli("serve", "shutdown", "--yes", "--address", DASHBOARD, check=False)
@@ -269,6 +269,171 @@ def test_the_cluster_address_stays_in_its_own_temp_dir(deployed_cluster):
     assert not shared.exists() or not shared.read_text().strip().endswith(f":{gcs_port}")
 
 
+GAME_PREFIX = "/galaxy-raiders"
+ROUTER_APP = "galaxy-raiders"
+
+
+def replica_pids(app_names: list[str]) -> dict[str, set[int]]:
+    """Pids of the replica processes of each application (any restart changes them)."""
+    import psutil
+
+    pids: dict[str, set[int]] = {name: set() for name in app_names}
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        for name in app_names:
+            if f"ServeReplica:{name}:" in line:
+                pids[name].add(proc.pid)
+    return pids
+
+
+def split_of(weights: dict[str, float]):
+    from app.core.version_split import VersionSplit
+
+    return VersionSplit("galaxy-raiders", ["2026-10", "2026-11"], weights)
+
+
+def test_the_game_route_splits_players_by_weight_sticky_by_player(deployed_cluster):
+    """POST /galaxy-raiders/v1/offers: each player answered by the version the split assigns,
+    the same one on every login, and the response says which."""
+    split = split_of({"2026-10": 90, "2026-11": 10})
+    players = [player_id(i) for i in range(60)]
+    seen: dict[str, str] = {}
+    for _ in range(2):  # two logins each
+        for pid in players:
+            response = post(GAME_PREFIX, pid)
+            assert response.status_code == 200, response.text
+            body = response.json()
+            assert body["assigned_version"] == split.assign(pid)
+            assert body["ensemble_version"] == body["assigned_version"]
+            assert body["rerouted_reason"] is None and body["personalized"] is True
+            assert seen.setdefault(pid, body["ensemble_version"]) == body["ensemble_version"]
+    assert set(seen.values()) == {"2026-10", "2026-11"}
+    split_info = requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()
+    assert {v["version"]: v["weight"] for v in split_info["versions"]} == split.weights
+
+
+def _wait_for(predicate, what: str, timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not seen after {timeout_s}s")
+        time.sleep(0.5)
+
+
+def _knobs(prefix: str) -> dict:
+    return requests.get(f"{HTTP_BASE}{prefix}/v1/ensemble", timeout=10).json()
+
+
+def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
+    deployed_cluster, tmp_path, tiny_version_dir
+):
+    """Under a steady load through the game route, `serve deploy` of new knobs (quorum, a
+    member weighted out) and new version weights: 0 errors, the same replica processes,
+    the new values in GET /v1/ensemble and /v1/split and in the answers within seconds. A
+    bad value next is refused and reported, the old one kept, nothing restarts."""
+    import asyncio
+    import threading
+
+    from loadtest.open_loop import Caller, constant_rate, open_loop, random_players
+
+    apps, *_ = deployed_cluster
+    canary = next(a for a in apps if a.args.version == "2026-11")
+    names = [a.name for a in apps] + [ROUTER_APP]
+    before = replica_pids(names)
+    assert all(before.values()), before
+
+    document = yaml.safe_load(with_auth_app(tmp_path, tiny_version_dir).read_text())
+    by_name = {a["name"]: a for a in document["applications"]}
+
+    def deploy(supervisor_knobs: dict, weights: dict) -> None:
+        by_name[canary.name]["deployments"] = [
+            {"name": "supervisor", "user_config": supervisor_knobs}
+        ]
+        by_name[ROUTER_APP]["deployments"] = [
+            {"name": "router", "user_config": {"weights": weights}}
+        ]
+        path = tmp_path / "serve_config.knobs.yaml"
+        path.write_text(yaml.safe_dump(document, sort_keys=False))
+        cli("serve", "deploy", str(path), "--address", DASHBOARD)
+
+    shots: list = []
+
+    def load() -> None:
+        caller = Caller(f"{HTTP_BASE}{GAME_PREFIX}", "galaxy-raiders")
+        shots.extend(asyncio.run(open_loop(caller, constant_rate(8, 20), random_players(PLAYERS))))
+
+    driver = threading.Thread(target=load)
+    driver.start()
+    time.sleep(3)
+    new_weights = {"2026-10": 50, "2026-11": 50}
+    deploy({"quorum": 0.9, "member_weights": {"logreg-all": 0}}, new_weights)
+    started = time.monotonic()
+    # Every read of the canary's knobs (HAProxy spreads them over both replicas) and of the
+    # split shows the new values.
+    _wait_for(
+        lambda: all(_knobs(canary.route_prefix)["knobs"]["quorum"] == 0.9 for _ in range(6)),
+        "quorum 0.9 on every canary supervisor",
+    )
+    _wait_for(
+        lambda: all(
+            {
+                v["version"]: v["weight"]
+                for v in requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()[
+                    "versions"
+                ]
+            }
+            == new_weights
+            for _ in range(4)
+        ),
+        "the new version weights",
+    )
+    applied_s = time.monotonic() - started
+    driver.join()
+
+    assert len(shots) == 160
+    assert [s for s in shots if s.status != 200] == [], "errors during the live change"
+    assert replica_pids(names) == before, "a replica restarted"
+    assert applied_s < 30
+
+    # Behaviour: a player the old split sent to the stable version and the new one sends to
+    # the canary is answered by the canary, without the weighted-out member.
+    old, new = split_of({"2026-10": 90, "2026-11": 10}), split_of(new_weights)
+    moved = next(
+        pid
+        for pid in (player_id(i) for i in range(PLAYERS))
+        if old.assign(pid) == "2026-10" and new.assign(pid) == "2026-11"
+    )
+    body = post(GAME_PREFIX, moved).json()
+    assert body["ensemble_version"] == body["assigned_version"] == "2026-11"
+    assert body["missing_members"].get("logreg-all") == "weighted_out"
+    assert "logreg-all" not in body["answered_members"] and body["personalized"] is True
+
+    # A bad value: refused by every replica, reported, the old knobs kept, no restart loop.
+    deploy({"quorum": 1.5}, new_weights)
+    rejected = _wait_for(
+        lambda: (
+            all(_knobs(canary.route_prefix)["knobs_rejected"] for _ in range(6))
+            and _knobs(canary.route_prefix)
+        ),
+        "the refusal of quorum 1.5",
+    )
+    assert "quorum" in rejected["knobs_rejected"]
+    assert rejected["knobs"]["quorum"] == 0.9
+    time.sleep(3)
+    assert replica_pids(names) == before, "a bad knob restarted a replica"
+    assert post(canary.route_prefix, player_id(3)).status_code == 200
+
+    # Back to the shipped values for the tests that follow.
+    deploy({}, {"2026-10": 90, "2026-11": 10})
+    _wait_for(
+        lambda: all(_knobs(canary.route_prefix)["knobs"]["quorum"] == 0.5 for _ in range(6)),
+        "the shipped knobs back",
+    )
+
+
 def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed_cluster):
     """Open-loop logins through the shipped ingress (HAProxy) while one of the two supervisor
     replicas is SIGKILLed: logins caught on it are replayed on the other (offers are
@@ -302,3 +467,36 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
     assert len(shots) == 160
     assert [s for s in shots if s.status is None] == []
     assert [s for s in shots if s.status != 200] == []
+
+
+def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_cluster, tmp_path):
+    """The canary's application is deleted (`serve deploy` without it) while logins arrive:
+    its players get the stable version's answers, flagged, and not one is a 5xx."""
+    apps, *_ = deployed_cluster
+    canary = next(a for a in apps if a.args.version == "2026-11")
+    split = split_of({"2026-10": 90, "2026-11": 10})
+    canary_players = [
+        p for p in (player_id(i) for i in range(PLAYERS)) if split.assign(p) == "2026-11"
+    ]
+    assert canary_players
+
+    document = yaml.safe_load(CONFIG.read_text())
+    document["applications"] = [a for a in document["applications"] if a["name"] != canary.name]
+    path = tmp_path / "serve_config.no-canary.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    cli("serve", "deploy", str(path), "--address", DASHBOARD)
+
+    deadline = time.monotonic() + 60
+    answers = []
+    while time.monotonic() < deadline:
+        for pid in canary_players[:5]:
+            response = post(GAME_PREFIX, pid)
+            assert response.status_code == 200, response.text
+            answers.append(response.json())
+        if answers[-1]["rerouted_reason"] == "unavailable":
+            break
+        time.sleep(0.5)
+    last = answers[-1]
+    assert last["assigned_version"] == "2026-11" and last["ensemble_version"] == "2026-10"
+    assert last["rerouted_reason"] == "unavailable" and last["personalized"] is True
+    assert all(a["rerouted_reason"] in {None, "unavailable", "timeout", "failed"} for a in answers)

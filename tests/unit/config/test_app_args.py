@@ -16,6 +16,7 @@ from app.config.app_args import (
     MemberGroupConfig,
     MemberLayout,
 )
+from app.config.knobs import SupervisorKnobs
 from app.serving.supervisor import SupervisorConfig
 
 pytestmark = pytest.mark.unit
@@ -86,13 +87,25 @@ def test_min_replicas_above_max_is_rejected():
 
 def test_the_quorum_default_lives_in_the_args_only():
     assert EnsembleAppArgs.model_validate(BASE).quorum == 0.5
-    # The supervisor's config has no default of its own: the builder must pass the args'.
+    assert EnsembleAppArgs.model_validate(BASE).knobs().quorum == 0.5
+    # The supervisor's knobs have no default of their own: the builder must pass the args'.
     with pytest.raises(ValidationError, match="quorum"):
+        SupervisorKnobs.model_validate(
+            {
+                "request_budget_ms": 1000,
+                "straggler_grace_ms": None,
+                "member_weights": {},
+                "coalescing": {"max_rows": 1, "max_in_flight": 1, "max_hold_ms": 1},
+            }
+        )
+    with pytest.raises(ValidationError, match="knobs"):
         SupervisorConfig(
             version_dir="/x",
-            request_budget_ms=1000,
+            coalescing_enabled=True,
+            max_batch_rows=1024,
             groups={},
-            coalescing=CoalescingConfig(),
+            max_in_flight=1,
+            retry_after_s=1,
         )
 
 

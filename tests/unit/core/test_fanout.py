@@ -102,3 +102,16 @@ def test_an_unusable_reply_does_not_start_the_grace():
     result = asyncio.run(run())
     assert {a.name for a in result.answers} == {"fine", "slower"}
     assert result.missing == {"broken": "bad_output"}
+
+
+def test_live_weights_reweight_answers_and_weight_a_member_out():
+    heavy = FakeMember("heavy", 3.0, lambda m: np.full(m.shape[0], 0.9))
+    light = FakeMember("light", 1.0, lambda m: np.full(m.shape[0], 0.1))
+    fanout = Fanout([heavy, light], quorum=0.5)
+    fanout.configure(quorum=0.5, straggler_grace_s=None, weights={"heavy": 0.0, "light": 2.0})
+    result = asyncio.run(fanout.score(MATRIX, 1.0))
+    assert [(a.name, a.weight) for a in result.answers] == [("light", 2.0)]
+    assert result.missing == {"heavy": "weighted_out"}
+    fanout.configure(quorum=0.5, straggler_grace_s=None)  # back to the trained weights
+    result = asyncio.run(fanout.score(MATRIX, 1.0))
+    assert [(a.name, a.weight) for a in result.answers] == [("heavy", 3.0), ("light", 1.0)]

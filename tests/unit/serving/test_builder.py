@@ -9,10 +9,11 @@ import yaml
 from ray.serve._private.build_app import build_app as serve_build
 from ray.serve.schema import ServeDeploySchema
 
+from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.local.dynalite import PROJECT_ROOT
 from app.local.serve_config import ConfigError, check_deployment_overrides, configured_apps
-from app.serving.builder import ImpossibleConfig, build_app
+from app.serving.builder import ImpossibleConfig, build_app, build_router
 from models.train import ensure_trained
 
 pytestmark = pytest.mark.unit
@@ -40,22 +41,36 @@ def standard_models() -> None:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models) -> None:
-    ServeDeploySchema.model_validate(yaml.safe_load(path.read_text()))
-    [app] = configured_apps(path)
-    check_deployment_overrides(app)
-    built = deployments(app.args)
-    members = [name for name in built if name != "supervisor"]
-    if app.args.layout.groups is None:
-        assert len(members) == 12 and all(not m.startswith("member-group-") for m in members)
-    else:
-        assert members == [f"member-group-{i}" for i in range(app.args.layout.groups)]
-    supervisor = built["supervisor"]
-    assert supervisor.ray_actor_options["num_cpus"] == app.args.supervisor.num_cpus
-    assert supervisor.max_ongoing_requests == app.args.supervisor.max_ongoing_requests
+    document = yaml.safe_load(path.read_text())
+    ServeDeploySchema.model_validate(document)
+    apps = configured_apps(path)
+    assert apps, "no ensemble application"
+    for app in apps:
+        check_deployment_overrides(app)
+        built = deployments(app.args)
+        members = [name for name in built if name != "supervisor"]
+        if app.args.layout.groups is None:
+            assert len(members) == 12 and all(not m.startswith("member-group-") for m in members)
+        else:
+            assert members == [f"member-group-{i}" for i in range(app.args.layout.groups)]
+        supervisor = built["supervisor"]
+        assert supervisor.ray_actor_options["num_cpus"] == app.args.supervisor.num_cpus
+        assert supervisor.max_ongoing_requests == app.args.supervisor.max_ongoing_requests
+    # Every router application routes to versions this config deploys, and builds.
+    served = {app.name for app in apps}
+    for entry in document["applications"]:
+        if entry["import_path"] != "app.serving.builder:build_router":
+            continue
+        args = RouterAppArgs.model_validate(entry["args"])
+        assert set(args.applications().values()) <= served, (entry["name"], served)
+        built = serve_build(
+            build_router(args), name=entry["name"], make_deployment_handle=lambda d, a: object()
+        )
+        assert [d.name for d in built.deployments] == ["router"]
 
 
 def test_production_layout_sizes_one_member_on_its_own(standard_models) -> None:
-    [app] = configured_apps(SHIPPED[1])
+    [app] = configured_apps(SHIPPED[1])  # one version in the production layout
     built = deployments(app.args)
     assert built["member-et-boot3"].ray_actor_options["num_cpus"] == 0.2
     assert built["member-xgb-all"].ray_actor_options["num_cpus"] == app.args.members.num_cpus
@@ -71,7 +86,7 @@ def test_removing_the_layout_from_the_local_config_still_deploys(standard_models
 
 
 def test_member_deployments_must_name_deployments_the_layout_creates(standard_models) -> None:
-    [app] = configured_apps(SHIPPED[0])
+    app = configured_apps(SHIPPED[0])[0]
     args = app.args.model_copy(update={"member_deployments": {"member-xgb-all": {"num_cpus": 1}}})
     with pytest.raises(ImpossibleConfig, match=r"member-group-0.*member-group-1"):
         build_app(args)
@@ -84,6 +99,6 @@ def test_a_serve_override_for_a_deployment_the_layout_lacks_is_explained(
     document["applications"][0]["deployments"] = [{"name": "member-xgb-all", "num_replicas": 2}]
     path = tmp_path / "serve_config.yaml"
     path.write_text(yaml.safe_dump(document))
-    [app] = configured_apps(path)
+    app = configured_apps(path)[0]
     with pytest.raises(ConfigError, match="does not create"):
         check_deployment_overrides(app)

@@ -1,0 +1,44 @@
+"""A login that a game's version router sends to one version over a Serve handle.
+
+The router already checked the API key and the body; the version still applies its own
+admission gate and budget, and answers the way its HTTP route would, as a plain dict that
+crosses the handle: `{"status": 200, "body": <OfferResponse>}` or a refusal
+`{"status": 503 | 404, "detail": ..., "retry_after_s": ...}`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.api.routes import to_query, to_response
+from app.api.schemas import OfferRequest
+from app.core.admission import AdmissionGate
+from app.core.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
+
+OVERLOADED = (
+    "overloaded: this replica holds as many logins as it can answer in time; retry after "
+    "the Retry-After header's seconds"
+)
+
+
+async def answer_routed(
+    service: OfferService,
+    gate: AdmissionGate,
+    payload: dict[str, Any],
+    *,
+    request_id: str | None,
+    retry_after_s: float,
+) -> dict[str, Any]:
+    """One routed login's reply; `payload["deadline_ms"]` is what is left of its budget."""
+    if not gate.try_enter():
+        return {"status": 503, "detail": OVERLOADED, "retry_after_s": retry_after_s}
+    try:
+        body = OfferRequest.model_validate(payload)
+        answer = await service.recommend(to_query(body, request_id))
+    except BudgetSpentBeforeStart as exc:
+        return {"status": 503, "detail": str(exc), "retry_after_s": retry_after_s}
+    except UnknownGame:
+        return {"status": 404, "detail": f"game {payload.get('game')!r} is not served here"}
+    finally:
+        gate.leave()
+    return {"status": 200, "body": to_response(answer).model_dump(mode="json")}

@@ -1,0 +1,129 @@
+"""Runtime knobs: the values an operator changes on a running service, without a restart.
+
+They travel as Serve `user_config` (set under `deployments:` of an application in the Serve
+config) and are applied in the replica's `reconfigure()`. Serve treats a change there as a
+lightweight update: the same replicas, reconfigured in place. A change to an application's
+`args`, by contrast, changes its code version and replaces every replica.
+
+The application's `args` give the baseline; a `user_config` names only what it changes and
+is merged over that baseline. A change that does not validate is refused: the replica logs
+it, keeps the values it had and reports the refusal in `GET /v1/ensemble`, rather than
+raising in `reconfigure()`, which Serve would turn into a restart loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CoalescingLimits(_Strict):
+    """The live limits of the supervisor's coalescer (whether it coalesces is structural).
+
+    No defaults here or below: the baseline always comes from the app's args
+    (EnsembleAppArgs.knobs()), the one place the defaults live."""
+
+    max_rows: int = Field(ge=1)
+    max_in_flight: int = Field(ge=1, le=64)
+    max_hold_ms: float = Field(gt=0, le=10_000)
+
+
+class SupervisorKnobs(_Strict):
+    """The supervisor's user_config, whole (after merging a partial change over the baseline)."""
+
+    request_budget_ms: float = Field(gt=0, le=10_000)
+    quorum: float = Field(ge=0, le=1)
+    straggler_grace_ms: float | None = Field(ge=0)
+    # member name -> weight in the aggregate and in the quorum, instead of its trained weight.
+    # 0 weights a member out: it may still be scored (its group is called anyway), but it
+    # counts for nothing and is reported as missing ("weighted_out").
+    member_weights: dict[str, float]
+    coalescing: CoalescingLimits
+
+    @model_validator(mode="after")
+    def _non_negative_weights(self) -> Self:
+        bad = {name: w for name, w in self.member_weights.items() if not w >= 0}
+        if bad:
+            raise ValueError(f"member_weights must be >= 0, got {bad}")
+        return self
+
+    def checked(self, members: Mapping[str, float], max_batch_rows: int) -> Self:
+        """These knobs, if they fit this ensemble; ValueError naming what does not."""
+        unknown = sorted(set(self.member_weights) - set(members))
+        if unknown:
+            raise ValueError(
+                f"member_weights names {unknown}, not members of this version ({sorted(members)})"
+            )
+        if sum(self.weights(members).values()) <= 0:
+            raise ValueError("member_weights leave no member with a positive weight")
+        if self.coalescing.max_rows > max_batch_rows:
+            raise ValueError(
+                f"coalescing.max_rows ({self.coalescing.max_rows}) exceeds the members' "
+                f"batching.max_batch_rows ({max_batch_rows}): every member call would fail"
+            )
+        return self
+
+    def weights(self, trained: Mapping[str, float]) -> dict[str, float]:
+        """Every member's effective weight: the override, or the trained weight."""
+        return {name: self.member_weights.get(name, w) for name, w in trained.items()}
+
+    def merged(self, change: Mapping[str, Any] | None) -> SupervisorKnobs:
+        """This baseline with a partial change on top; pydantic's ValidationError if invalid."""
+        if not change:
+            return self
+        return SupervisorKnobs.model_validate(_deep_merge(self.model_dump(), dict(change)))
+
+
+class VersionWeights(_Strict):
+    """The router's user_config: each version's share of a game's players."""
+
+    weights: dict[str, float]
+
+    @model_validator(mode="after")
+    def _usable(self) -> Self:
+        if not self.weights:
+            raise ValueError("weights must name at least one version")
+        bad = {v: w for v, w in self.weights.items() if not w >= 0}
+        if bad:
+            raise ValueError(f"version weights must be >= 0, got {bad}")
+        if sum(self.weights.values()) <= 0:
+            raise ValueError("version weights must not all be 0")
+        return self
+
+    def checked(self, versions: Iterable[str]) -> Self:
+        known = set(versions)
+        unknown = sorted(set(self.weights) - known)
+        if unknown:
+            raise ValueError(
+                f"weights name {unknown}, which this router does not serve ({sorted(known)})"
+            )
+        return self
+
+
+def explain(exc: Exception) -> str:
+    """One line for a log or an API field: pydantic's errors without their URLs."""
+    if isinstance(exc, ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+        )
+    return str(exc)
+
+
+def _deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        if (
+            isinstance(value, dict)
+            and isinstance(merged.get(key), dict)
+            and key != "member_weights"
+        ):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

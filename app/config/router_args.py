@@ -1,0 +1,65 @@
+"""The typed `args:` of a game's router application (app.serving.builder:build_router)."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.config.app_args import AutoscalingArgs, DeploymentArgs
+from app.config.knobs import VersionWeights
+from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
+
+# The router only hashes a player id and forwards: very light, many logins per replica.
+ROUTER_DEFAULTS = DeploymentArgs(
+    num_cpus=0.1,
+    max_ongoing_requests=256,
+    max_queued_requests=128,
+    autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class VersionEntry(_Strict):
+    version: str = Field(pattern=VERSION_PATTERN)
+    application: str | None = Field(
+        default=None, description="the version's Serve application; default <game>-<version>"
+    )
+    weight: float = Field(ge=0, description="share of players, relative to the others")
+
+
+class RouterAppArgs(_Strict):
+    game: str = Field(pattern=GAME_PATTERN)
+    # In range order: stable first, the canary last, so growing the canary moves only the
+    # players it takes over (app.core.version_split).
+    versions: list[VersionEntry] = Field(min_length=1)
+    request_budget_ms: float = Field(
+        default=1000.0, gt=0, le=10_000, description="a routed login's whole budget"
+    )
+    failover_reserve_ms: float = Field(
+        default=250.0,
+        ge=0,
+        description="budget kept back from the assigned version so another can still answer "
+        "if it fails or stays silent",
+    )
+    retry_after_s: float = Field(default=1.0, ge=0)
+    router: DeploymentArgs = Field(default_factory=lambda: ROUTER_DEFAULTS)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        names = [v.version for v in self.versions]
+        if len(set(names)) != len(names):
+            raise ValueError(f"versions listed twice: {names}")
+        if self.failover_reserve_ms >= self.request_budget_ms:
+            raise ValueError("failover_reserve_ms must be below request_budget_ms")
+        self.weights()  # at least one positive weight
+        return self
+
+    def applications(self) -> dict[str, str]:
+        return {v.version: v.application or f"{self.game}-{v.version}" for v in self.versions}
+
+    def weights(self) -> VersionWeights:
+        return VersionWeights(weights={v.version: v.weight for v in self.versions})

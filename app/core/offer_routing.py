@@ -1,0 +1,145 @@
+"""A game's front door: send each login to the version the split assigns, or to another.
+
+The router holds no models and reads no features: it picks a version (app.core.version_split),
+forwards the login with what is left of its budget, and if that version's application is
+missing, not running, failing or silent, tries the next one while budget remains, flagging
+the answer (`rerouted_reason`). A version that refuses because it is overloaded (503) is not
+bypassed: its load would only overload the next one. When no version can answer, the caller
+gets a fast 503 with Retry-After, never a 5xx of another kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from app.core.deadline import Deadline
+from app.core.tally_log import TallyLog
+from app.core.version_split import VersionSplit
+
+logger = logging.getLogger(__name__)
+
+# Less than this left of the budget is not worth a try: a version needs a few ms to answer
+# even with a fallback.
+MIN_ATTEMPT_MS = 20.0
+# How long past the budget it gave a version the router still waits for its reply (the
+# version answers by its deadline; this covers the hop back).
+REPLY_GRACE_S = 0.05
+
+
+class VersionUnavailable(RuntimeError):
+    """The version's application is missing or not running: skip it without waiting."""
+
+
+class VersionBackend(Protocol):
+    async def offer(
+        self, version: str, payload: dict[str, Any], request_id: str | None
+    ) -> dict[str, Any]:
+        """The version's reply: {"status": 200, "body": ...} or {"status": 503|404, ...}."""
+        ...
+
+
+@dataclass(frozen=True)
+class RoutedReply:
+    status: int
+    assigned: str
+    answered: str | None = None
+    reason: str | None = None  # why `answered` is not `assigned`
+    body: dict[str, Any] | None = None
+    detail: str | None = None
+    retry_after_s: float | None = None
+
+
+class OfferRouter:
+    def __init__(
+        self,
+        split: VersionSplit,
+        backend: VersionBackend,
+        *,
+        budget_ms: float,
+        failover_reserve_ms: float,
+        retry_after_s: float,
+        on_routed: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        if budget_ms <= 0 or failover_reserve_ms < 0:
+            raise ValueError("budget_ms must be > 0 and failover_reserve_ms >= 0")
+        self.split = split
+        self._backend = backend
+        self._budget_ms = budget_ms
+        self._reserve_ms = failover_reserve_ms
+        self._retry_after_s = retry_after_s
+        self._on_routed = on_routed or (lambda assigned, answered, reason: None)
+        self._problems = TallyLog(logger, "rerouted logins")
+
+    async def route(self, payload: dict[str, Any], request_id: str | None) -> RoutedReply:
+        budget_ms = self._budget_ms
+        if payload.get("deadline_ms") is not None:
+            budget_ms = min(budget_ms, float(payload["deadline_ms"]))
+        deadline = Deadline.start(budget_ms)
+        self._problems.tick()
+        split = self.split  # one split per login, even if the weights change meanwhile
+        assigned = split.assign(str(payload["player_id"]))
+        order = [assigned, *split.alternatives(assigned)]
+        reason: str | None = None
+        for i, version in enumerate(order):
+            left_ms = deadline.remaining_s() * 1000.0
+            # Keep a reserve for the next version unless this is the last one to try.
+            give_ms = left_ms if i == len(order) - 1 else left_ms - self._reserve_ms
+            if give_ms < MIN_ATTEMPT_MS:
+                if i == len(order) - 1 or left_ms < MIN_ATTEMPT_MS:
+                    break
+                give_ms = left_ms
+            try:
+                reply = await asyncio.wait_for(
+                    self._backend.offer(
+                        version, {**payload, "deadline_ms": int(give_ms)}, request_id
+                    ),
+                    timeout=give_ms / 1000.0 + REPLY_GRACE_S,
+                )
+            except VersionUnavailable as exc:
+                reason = reason or "unavailable"
+                self._problems.record(f"{version}: unavailable", str(exc))
+                continue
+            except TimeoutError:
+                reason = reason or "timeout"
+                self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
+                continue
+            except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
+                reason = reason or "failed"
+                self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
+                continue
+            status = int(reply.get("status", 500))
+            if status == 200:
+                body = dict(reply["body"])
+                why = None if version == assigned else reason
+                body["assigned_version"] = assigned
+                body["rerouted_reason"] = why
+                self._on_routed(assigned, version, why or "none")
+                return RoutedReply(200, assigned, version, why, body=body)
+            if status == 503:
+                # Overloaded (or out of budget): back off rather than spill onto the others.
+                self._on_routed(assigned, "none", "refused")
+                return RoutedReply(
+                    503,
+                    assigned,
+                    reason=reason,
+                    detail=str(reply.get("detail", "overloaded")),
+                    retry_after_s=float(reply.get("retry_after_s", self._retry_after_s)),
+                )
+            reason = reason or "failed"
+            self._problems.record(f"{version}: status {status}", str(reply.get("detail")))
+        self._on_routed(assigned, "none", reason or "timeout")
+        return RoutedReply(
+            503,
+            assigned,
+            reason=reason,
+            detail=f"no version of {split.game} could answer in time "
+            f"(assigned {assigned}: {reason or 'timeout'})",
+            retry_after_s=self._retry_after_s,
+        )
+
+    def close(self) -> None:
+        self._problems.flush()

@@ -1,0 +1,155 @@
+"""The router deployment: a game's front door, `POST /<game>/v1/offers`, over its versions.
+
+Thin Serve wrapper around app.core.offer_routing.OfferRouter: version weights are its live
+user_config (reconfigure), versions are reached through handles to their applications'
+supervisors, and a background task follows the applications' status so that a missing or
+unhealthy version is skipped at once instead of eating a login's budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from app.api.router_routes import build_router_api
+from app.api.schemas import SplitInfo, VersionShare
+from app.config.knobs import VersionWeights, explain
+from app.config.settings import get_settings
+from app.core.offer_routing import OfferRouter, VersionUnavailable
+from app.core.version_split import VersionSplit
+from app.serving.logs import route_service_logs_to_serve
+from app.serving.telemetry import RouterTelemetry
+
+logger = logging.getLogger(__name__)
+
+# Application states in which a version is not tried at all. DEPLOYING is tried: a rolling
+# update keeps serving, and a version that is still starting answers once it is up.
+DOWN_STATES = {"NOT_STARTED", "DEPLOY_FAILED", "UNHEALTHY", "DELETING"}
+STATUS_POLL_S = 2.0
+
+
+class RouterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    game: str
+    # version -> its Serve application, in range order (stable first, canary last)
+    applications: dict[str, str]
+    weights: VersionWeights
+    ingress_deployment: str
+    request_budget_ms: float = Field(gt=0)
+    failover_reserve_ms: float = Field(ge=0)
+    retry_after_s: float = Field(ge=0)
+
+
+class HandleBackend:
+    """Versions reached through handles to their supervisors, skipped while they are down."""
+
+    def __init__(self, applications: dict[str, str], ingress: str) -> None:
+        self._applications = applications
+        self._handles: dict[str, DeploymentHandle[Any]] = {
+            version: DeploymentHandle(ingress, app) for version, app in applications.items()
+        }
+        # application -> its status, refreshed by follow_status(); unknown until then.
+        self.status: dict[str, str] = {}
+
+    async def offer(
+        self, version: str, payload: dict[str, Any], request_id: str | None
+    ) -> dict[str, Any]:
+        app = self._applications[version]
+        state = self.status.get(app)
+        if state in DOWN_STATES or (self.status and state is None):
+            raise VersionUnavailable(f"application {app} is {state or 'not deployed'}")
+        reply: dict[str, Any] = await self._handles[version].route_offer.remote(payload, request_id)
+        return reply
+
+    async def follow_status(self) -> None:
+        while True:
+            try:
+                status = await asyncio.to_thread(serve.status)
+                self.status = {
+                    name: str(app.status.value if hasattr(app.status, "value") else app.status)
+                    for name, app in status.applications.items()
+                }
+            except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
+                logger.warning("could not read Serve's application status: %s", exc)
+            await asyncio.sleep(STATUS_POLL_S)
+
+
+@serve.deployment
+@serve.ingress()
+class VersionRouter:
+    def __init__(self, config: RouterConfig) -> None:
+        route_service_logs_to_serve()
+        self._config = config
+        self._versions = list(config.applications)
+        self._weights = config.weights
+        self._weights_rejected: str | None = None
+        telemetry = RouterTelemetry(config.game)
+        self._backend = HandleBackend(dict(config.applications), config.ingress_deployment)
+        self._router = OfferRouter(
+            VersionSplit(config.game, self._versions, config.weights.weights),
+            self._backend,
+            budget_ms=config.request_budget_ms,
+            failover_reserve_ms=config.failover_reserve_ms,
+            retry_after_s=config.retry_after_s,
+            on_routed=telemetry.routed,
+        )
+        self._api_key_sha256 = get_settings().api_key_sha256
+        self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())
+
+    def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Live version weights. Never raises (see Supervisor.reconfigure): a bad change is
+        logged, refused and shown in GET /v1/split; the split in force stays."""
+        if not user_config:
+            return
+        try:
+            weights = VersionWeights.model_validate(user_config).checked(self._versions)
+            split = VersionSplit(self._config.game, self._versions, weights.weights)
+        except ValueError as exc:
+            self._weights_rejected = f"{user_config!r}: {explain(exc)}"
+            logger.error(
+                "refused version weights, keeping %s: %s",
+                self._weights.weights,
+                self._weights_rejected,
+            )
+            return
+        self._router.split = split
+        self._weights = weights
+        self._weights_rejected = None
+        logger.info("version weights applied: %s", weights.weights)
+
+    def _split_info(self) -> SplitInfo:
+        split = self._router.split
+        shares = split.shares()
+        return SplitInfo(
+            game=split.game,
+            versions=[
+                VersionShare(
+                    version=v,
+                    application=self._config.applications[v],
+                    weight=split.weights[v],
+                    share=round(shares[v], 6),
+                )
+                for v in split.versions
+            ],
+            weights_rejected=self._weights_rejected,
+        )
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return build_router_api(
+            self._router, split_info=self._split_info, api_key_sha256=self._api_key_sha256
+        )
+
+    def __del__(self) -> None:
+        task = getattr(self, "_status_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(Exception):
+                self._router.close()

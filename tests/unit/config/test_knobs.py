@@ -1,0 +1,64 @@
+"""Live knobs: partial changes merge over the args' baseline; bad ones are refused."""
+
+import pytest
+from pydantic import ValidationError
+
+from app.config.app_args import EnsembleAppArgs
+from app.config.knobs import VersionWeights, explain
+
+pytestmark = pytest.mark.unit
+
+TRAINED = {"xgb-all": 2.0, "logreg-all": 1.0}
+BASELINE = EnsembleAppArgs.model_validate({"game": "galaxy-raiders", "version": "2026-11"}).knobs()
+
+
+def test_a_partial_change_keeps_every_other_baseline_value():
+    knobs = BASELINE.merged({"quorum": 0.8, "coalescing": {"max_in_flight": 4}})
+    assert knobs.quorum == 0.8
+    assert knobs.coalescing.max_in_flight == 4
+    assert knobs.coalescing.max_rows == BASELINE.coalescing.max_rows
+    assert knobs.request_budget_ms == BASELINE.request_budget_ms
+    assert BASELINE.merged({}) is BASELINE
+
+
+def test_member_weights_replace_the_overrides_and_can_weight_a_member_out():
+    knobs = BASELINE.merged({"member_weights": {"logreg-all": 0}}).checked(TRAINED, 1024)
+    assert knobs.weights(TRAINED) == {"xgb-all": 2.0, "logreg-all": 0.0}
+    assert BASELINE.merged({"member_weights": {}}).weights(TRAINED) == TRAINED
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"quorum": 1.5}, "quorum"),
+        ({"request_budget_ms": 0}, "request_budget_ms"),
+        ({"coalescing": {"max_in_flight": 0}}, "max_in_flight"),
+        ({"member_weights": {"xgb-all": -1}}, ">= 0"),
+        ({"budget": 5}, "budget"),  # misspelt: refused, not ignored
+    ],
+)
+def test_invalid_values_are_refused(change, message):
+    with pytest.raises(ValidationError) as err:
+        BASELINE.merged(change)
+    assert message in explain(err.value)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"member_weights": {"no-such": 1}}, "not members"),
+        ({"member_weights": {"xgb-all": 0, "logreg-all": 0}}, "no member with a positive"),
+        ({"coalescing": {"max_rows": 2048}}, "max_batch_rows"),
+    ],
+)
+def test_values_that_do_not_fit_the_ensemble_are_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        BASELINE.merged(change).checked(TRAINED, 1024)
+
+
+def test_version_weights_must_name_served_versions_and_not_all_be_zero():
+    assert VersionWeights(weights={"a": 1, "b": 0}).checked(["a", "b"]).weights["a"] == 1
+    with pytest.raises(ValueError, match="does not serve"):
+        VersionWeights(weights={"c": 1}).checked(["a", "b"])
+    with pytest.raises(ValidationError):
+        VersionWeights(weights={"a": 0})

@@ -1,0 +1,115 @@
+"""The game router: assigned version first, the others when it is down, failing or silent."""
+
+import asyncio
+
+import pytest
+
+from app.core.offer_routing import OfferRouter, VersionUnavailable
+from app.core.version_split import VersionSplit
+
+pytestmark = pytest.mark.unit
+
+GAME = "galaxy-raiders"
+OK = {"status": 200, "body": {"offer": "x", "personalized": True}}
+
+
+class Backend:
+    """Each version's behaviour: a reply dict, an exception to raise, or "hang"."""
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.calls = []
+
+    async def offer(self, version, payload, request_id):
+        self.calls.append((version, payload["deadline_ms"]))
+        what = self.behaviour[version]
+        if what == "hang":
+            await asyncio.sleep(60)
+        if isinstance(what, Exception):
+            raise what
+        return {**what, "body": {**what["body"], "version": version}} if "body" in what else what
+
+
+def router(backend, weights=None, budget_ms=400, reserve_ms=150):
+    routed = []
+    split = VersionSplit(GAME, ["stable", "canary"], weights or {"stable": 0, "canary": 1})
+    r = OfferRouter(
+        split,
+        backend,
+        budget_ms=budget_ms,
+        failover_reserve_ms=reserve_ms,
+        retry_after_s=2,
+        on_routed=lambda *a: routed.append(a),
+    )
+    return r, routed
+
+
+def route(r, player="p1"):
+    return asyncio.run(r.route({"player_id": player, "game": GAME}, None))
+
+
+def test_the_assigned_version_answers_with_the_budget_minus_the_reserve():
+    backend = Backend({"canary": OK, "stable": OK})
+    r, routed = router(backend)
+    reply = route(r)
+    assert reply.status == 200 and reply.answered == "canary" and reply.reason is None
+    assert reply.body["assigned_version"] == "canary" and reply.body["rerouted_reason"] is None
+    assert backend.calls[0][0] == "canary" and 240 <= backend.calls[0][1] <= 250
+    assert routed == [("canary", "canary", "none")]
+
+
+@pytest.mark.parametrize(
+    "failure, reason",
+    [
+        (VersionUnavailable("gone"), "unavailable"),
+        (RuntimeError("replica died"), "failed"),
+        ({"status": 404, "detail": "no"}, "failed"),
+        ("hang", "timeout"),
+    ],
+)
+def test_a_failing_assigned_version_hands_its_players_to_another_flagged(failure, reason):
+    backend = Backend({"canary": failure, "stable": OK})
+    r, routed = router(backend)
+    reply = route(r)
+    assert reply.status == 200
+    assert reply.body["version"] == "stable"
+    assert reply.body["assigned_version"] == "canary"
+    assert reply.body["rerouted_reason"] == reason
+    assert routed == [("canary", "stable", reason)]
+    # The silent version got the budget minus the reserve; the other one what was left.
+    if failure == "hang":
+        assert [v for v, _ in backend.calls] == ["canary", "stable"]
+        assert backend.calls[1][1] <= 160
+
+
+def test_an_overloaded_version_is_not_bypassed():
+    backend = Backend(
+        {"canary": {"status": 503, "detail": "busy", "retry_after_s": 3}, "stable": OK}
+    )
+    r, _ = router(backend)
+    reply = route(r)
+    assert reply.status == 503 and reply.retry_after_s == 3
+    assert [v for v, _ in backend.calls] == ["canary"]
+
+
+def test_no_version_answering_is_a_503_with_retry_after():
+    backend = Backend({"canary": VersionUnavailable("x"), "stable": RuntimeError("y")})
+    r, routed = router(backend)
+    reply = route(r)
+    assert reply.status == 503 and reply.retry_after_s == 2
+    assert "unavailable" in reply.detail
+    assert routed == [("canary", "none", "unavailable")]
+
+
+def test_a_callers_deadline_caps_the_budget():
+    backend = Backend({"canary": OK, "stable": OK})
+    r, _ = router(backend, budget_ms=1000, reserve_ms=100)
+    asyncio.run(r.route({"player_id": "p1", "game": GAME, "deadline_ms": 300}, None))
+    assert backend.calls[0][1] <= 200
+
+
+def test_new_weights_apply_to_the_next_login():
+    backend = Backend({"canary": OK, "stable": OK})
+    r, _ = router(backend)
+    r.split = VersionSplit(GAME, ["stable", "canary"], {"stable": 1, "canary": 0})
+    assert route(r).answered == "stable"
