@@ -3,13 +3,15 @@
     offers train     --game G --version V [--profile P] [--force] | --all [--profile P]
     offers prepare   [--config serve_config.yaml]
     offers seed      [--config serve_config.yaml] [--players 10000]
-    offers run-local [--config serve_config.yaml] [--players 10000]
+    offers run-local [--config serve_config.yaml] [--players 10000] [--metrics-port 8080]
+                     [--dashboard-port 8265]
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
 against the layout. `run-local` is what `make run` calls: it prepares, starts dynalite (data
-in .local/, git-ignored), creates and seeds the table if needed, then runs `serve run` in the
-foreground with Serve's process settings. Ctrl-C stops Serve first, then dynalite.
+in .local/, git-ignored), creates and seeds the table if needed, starts a one-node Ray with
+fixed metrics and dashboard ports (app.local.ray_head), then runs `serve run` against it in
+the foreground with Serve's process settings. Ctrl-C stops Serve, then Ray, then dynalite.
 Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app's
 `args.artifacts_root` says otherwise.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from app.config.ray_env import SERVE_PROCESS_ENV
@@ -34,6 +37,7 @@ from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import PROJECT_ROOT, Dynalite, local_client
 from app.local.processes import default_sigint
+from app.local.ray_head import RayHead
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import (
     ConfigError,
@@ -48,6 +52,11 @@ from models.train import ensure_trained
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 LOCAL_STATE = PROJECT_ROOT / ".local"
+# Fixed local ports (README): Prometheus metrics of the node, and the dashboard with the REST
+# API that `serve deploy` / `serve status` use.
+METRICS_PORT = 8080
+DASHBOARD_PORT = 8265
+ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +101,13 @@ def seed(apps: list[ConfiguredApp], client: Any, table: str, players: int) -> No
 
 
 def run_local(
-    apps: list[ConfiguredApp], endpoint: tuple[str, int, str], config: Path, players: int
+    apps: list[ConfiguredApp],
+    endpoint: tuple[str, int, str],
+    config: Path,
+    players: int,
+    *,
+    metrics_port: int = METRICS_PORT,
+    dashboard_port: int = DASHBOARD_PORT,
 ) -> int:
     host, port, table = endpoint
     LOCAL_STATE.mkdir(exist_ok=True)
@@ -105,18 +120,43 @@ def run_local(
         # supervisor lets the next trial read through (no restart of the service).
         dynalite.supervise()
         seed(apps, dynalite.client(timeout_s=10.0), table, players)
-        for app in apps:
-            log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix)
-        return _run_serve(config)
+        # Serve's process-level performance settings where Ray starts; the caller's
+        # environment wins.
+        env = {**SERVE_PROCESS_ENV, **os.environ}
+        head = RayHead(
+            Path(sys.executable).parent,
+            env,
+            LOCAL_STATE / "ray-head.log",
+            metrics_port=metrics_port,
+            dashboard_port=dashboard_port,
+        )
+        with head:
+            log.info("Ray up: metrics at %s, dashboard at %s", head.metrics_url, head.dashboard_url)
+            for game in sorted(routers(config)):
+                log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", game[0], game[1])
+            for app in apps:
+                log.info(
+                    "serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix
+                )
+            return _run_serve(config, head.address, head.env)
 
 
-def _run_serve(config: Path) -> int:
+def routers(config: Path) -> list[tuple[str, str]]:
+    """(name, route prefix) of the config's game routers."""
+    document = yaml.safe_load(config.read_text())
+    return [
+        (a["name"], a.get("route_prefix", "/"))
+        for a in document.get("applications", [])
+        if a.get("import_path") == ROUTER_IMPORT_PATH
+    ]
+
+
+def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:
     serve_cli = Path(sys.executable).with_name("serve")
     child = subprocess.Popen(
-        [str(serve_cli), "run", str(config)],
+        [str(serve_cli), "run", "--address", address, str(config)],
         cwd=PROJECT_ROOT,
-        # Serve's process-level performance settings; the caller's environment wins.
-        env={**SERVE_PROCESS_ENV, **os.environ},
+        env=env,
         # A shell that starts us in the background leaves SIGINT ignored, and the child would
         # inherit that; reset it so `serve run` always shuts its Ray down on SIGINT.
         preexec_fn=default_sigint,
@@ -149,6 +189,9 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
         if name != "prepare":
             command.add_argument("--players", type=int, default=10_000, help="players per game")
+        if name == "run-local":
+            command.add_argument("--metrics-port", type=int, default=METRICS_PORT)
+            command.add_argument("--dashboard-port", type=int, default=DASHBOARD_PORT)
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -197,7 +240,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "seed":
         seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
         return 0
-    return run_local(apps, (host, port, table), args.config, args.players)
+    return run_local(
+        apps,
+        (host, port, table),
+        args.config,
+        args.players,
+        metrics_port=args.metrics_port,
+        dashboard_port=args.dashboard_port,
+    )
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ def offers(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 def config_for(tmp_path: Path, endpoint: str, table: str, args: dict, **app) -> Path:
     document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
     entry = document["applications"][0]
+    document["applications"] = [entry]  # one version, no router
     entry["runtime_env"]["env_vars"].update(
         {"OFFERS_DYNAMODB_ENDPOINT_URL": endpoint, "OFFERS_DYNAMODB_TABLE": table}
     )

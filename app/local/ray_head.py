@@ -1,0 +1,146 @@
+"""A local one-node Ray cluster for `make run`, with fixed, documented ports.
+
+`serve run` on its own starts a private Ray whose metrics port is random. Started here
+instead (`ray start --head --block`, in a session of its own), the cluster has fixed ports:
+Prometheus metrics on http://127.0.0.1:<metrics_port>/metrics, and the dashboard (and its
+REST API, which `serve deploy` and `serve status` use) on http://127.0.0.1:<dashboard_port>.
+Its own temp dir keeps its address away from /tmp/ray, so no other `ray.init()` on the host
+finds it. Stopping it stops every Ray process it started, and no other Ray on the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+
+from app.local.dynalite import free_port
+from app.local.processes import default_sigint
+
+# Ray 2.60 turns token auth on for new clusters; its CLI sends the token only when told to.
+AUTH_ENV = {"RAY_AUTH_MODE": "token"}
+
+
+class RayHeadFailed(RuntimeError):
+    pass
+
+
+class RayHead:
+    def __init__(
+        self,
+        bin_dir: Path,
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        metrics_port: int,
+        dashboard_port: int,
+        num_cpus: int | None = None,
+    ) -> None:
+        self._bin = bin_dir
+        self.env = {**env, **AUTH_ENV}
+        self.log_path = log_path
+        self.metrics_port = metrics_port
+        self.dashboard_port = dashboard_port
+        self.gcs_port = free_port()
+        self._num_cpus = num_cpus
+        self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-offers-", dir="/tmp"))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.gcs_port}"
+
+    @property
+    def dashboard_url(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def start(self, timeout_s: float = 120.0) -> RayHead:
+        args = [
+            str(self._bin / "ray"),
+            "start",
+            "--head",
+            "--block",
+            f"--temp-dir={self.temp_dir}",
+            f"--port={self.gcs_port}",
+            "--node-ip-address=127.0.0.1",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={self.dashboard_port}",
+            f"--metrics-export-port={self.metrics_port}",
+            "--disable-usage-stats",
+        ]
+        if self._num_cpus is not None:
+            args.append(f"--num-cpus={self._num_cpus}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                args,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=default_sigint,
+            )
+        deadline = time.monotonic() + timeout_s
+        while not (
+            self._answers(f"{self.dashboard_url}/api/version") and self._answers(self.metrics_url)
+        ):
+            if self._process.poll() is not None:
+                raise RayHeadFailed(
+                    f"ray start exited {self._process.returncode}; see {self.log_path}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RayHeadFailed(f"Ray not up after {timeout_s:.0f}s; see {self.log_path}")
+            time.sleep(1.0)
+        return self
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return bool(response.status < 500)
+        except urllib.error.HTTPError as exc:  # e.g. 401: the dashboard's token auth
+            return exc.code < 500
+        except OSError:
+            return False
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        """SIGINT to `ray start --block` (it stops what it started), then its whole process
+        group if anything is left."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(timeout=grace_s)
+                except subprocess.TimeoutExpired:
+                    pass
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=10)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def __enter__(self) -> RayHead:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

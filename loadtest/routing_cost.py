@@ -1,0 +1,152 @@
+"""What the game router's hop costs: c=1 latency through /<game>/v1/offers against a
+version's own route, in interleaved rounds.
+
+    .venv/bin/python -m loadtest.routing_cost --rounds 5
+
+Serves every application of the config (both versions and the router) with `serve run`
+against a seeded dynalite, through the documented ingress (HAProxy on the config's port,
+Serve's process settings), then alternates c=1 probes (300 sequential logins on one
+keep-alive connection, after 30 untimed ones) over the routed path and each version's own
+path. Writes loadtest/results/<timestamp>-routing/routing.json and prints a table of
+medians with their min-max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.settings import get_settings
+from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import configured_apps
+from loadtest.probe import latency_probe
+from loadtest.systems import EnsembleSystem, dynamo_env
+from models.train import ensure_trained
+
+RESULTS = PROJECT_ROOT / "loadtest" / "results"
+TABLE = "player-features-routing"
+ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
+
+
+def log(message: str) -> None:
+    print(f"[routing {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+
+
+def whole_config(base: Path, *, port: int, endpoint_url: str, out: Path) -> dict[str, str]:
+    """Every application of `base`, on `port`, against the given dynalite; returns
+    path name -> route prefix ("routed" and one per version)."""
+    document = yaml.safe_load(base.read_text())
+    document["http_options"] = {**document.get("http_options", {}), "port": port}
+    paths: dict[str, str] = {}
+    for app in document["applications"]:
+        if app["import_path"] == ROUTER_IMPORT_PATH:
+            paths["routed"] = app["route_prefix"]
+            continue
+        env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
+        env.update(dynamo_env(endpoint_url, TABLE))
+        paths[f"pinned {app['args']['version']}"] = app["route_prefix"]
+    if "routed" not in paths:
+        raise SystemExit(f"{base} has no router application")
+    out.write_text(yaml.safe_dump(document, sort_keys=False))
+    return paths
+
+
+def wait_healthy(url: str, timeout_s: float = 600.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if requests.get(url, timeout=5).ok:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{url} not healthy after {timeout_s:.0f}s")
+        time.sleep(1)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 2),
+        "min": round(min(values), 2),
+        "max": round(max(values), 2),
+    }
+
+
+def run(args: argparse.Namespace) -> Path:
+    apps = configured_apps(args.config)
+    folder = RESULTS / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-routing")
+    folder.mkdir(parents=True)
+    for app in apps:
+        ensure_trained(
+            app.args.game, app.args.version, app.args.profile, root=get_settings().artifacts_root
+        )
+    game = apps[0].args.game
+    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
+        client = dynalite.client(timeout_s=10.0)
+        ensure_table(client, TABLE)
+        seed_game(client, TABLE, game, args.players)
+        port = free_port()
+        paths = whole_config(
+            args.config, port=port, endpoint_url=dynalite.endpoint_url, out=folder / "serve.yaml"
+        )
+        system = EnsembleSystem(
+            folder / "serve.yaml", paths["routed"], port, folder / "serve.log", SERVE_PROCESS_ENV
+        )
+        with system:
+            for prefix in paths.values():  # the router is up before its versions may be
+                wait_healthy(f"{system.base_url}{prefix}/healthz")
+            log(f"serving {paths}")
+            p50s: dict[str, list[float]] = {name: [] for name in paths}
+            errors = 0
+            for round_ in range(1, args.rounds + 1):
+                for name, prefix in paths.items():
+                    result = latency_probe(port, prefix, game, args.players)
+                    p50s[name].append(result.p50_ms)
+                    errors += result.errors
+                    log(f"round {round_} {name}: c=1 p50 {result.p50_ms:.1f} ms")
+    report: dict[str, Any] = {
+        "command": args.command,
+        "rounds": args.rounds,
+        "errors": errors,
+        "c1_p50_ms": {name: spread(values) for name, values in p50s.items()},
+        "runs": p50s,
+    }
+    routed = report["c1_p50_ms"]["routed"]["median"]
+    report["routed_minus_pinned_ms"] = {
+        name: round(routed - s["median"], 2)
+        for name, s in report["c1_p50_ms"].items()
+        if name != "routed"
+    }
+    (folder / "routing.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("| path | c=1 p50 (ms), median [min–max] |\n|---|---|")
+    for name, s in report["c1_p50_ms"].items():
+        print(f"| {name} | {s['median']} [{s['min']}–{s['max']}] |")
+    print(f"errors: {errors}; routed minus pinned: {report['routed_minus_pinned_ms']}")
+    log(f"report: {folder / 'routing.json'}")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--players", type=int, default=2000)
+    args = parser.parse_args(argv)
+    args.command = "python -m loadtest.routing_cost " + " ".join(argv or sys.argv[1:])
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
