@@ -1,18 +1,21 @@
 # The README's two commands are `make run` and `make test`; both set up everything they need
-# (venv + pinned Python deps, npm deps for dynalite, trained models) and are idempotent.
+# (venv + pinned Python deps, npm deps for dynalite, Debian's Prometheus binary for the
+# metrics tests, trained models) and are idempotent.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PY_STAMP := $(VENV)/.deps-installed
 NODE_STAMP := node_modules/.deps-installed
+PROM_DIR := .local/prometheus
+PROM_STAMP := $(PROM_DIR)/.installed
 CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench reliability lint
+.PHONY: setup models run test bench reliability lint dashboard
 
-setup: $(PY_STAMP) $(NODE_STAMP)
+setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
 $(PY_STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +25,19 @@ $(PY_STAMP): pyproject.toml constraints.txt
 
 $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# Debian's Prometheus binary for the tests that query a real one (loadtest/prometheus.py):
+# the .deb is downloaded and unpacked, never installed, so no system service or user is
+# created. Its Go binary links only libc; `--version` proves it runs here. The package lists
+# are refreshed only when the download fails without them (a fresh machine).
+$(PROM_STAMP):
+	rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)/deb
+	cd $(PROM_DIR)/deb && { apt-get download -qq prometheus \
+		|| { apt-get update -qq && apt-get download -qq prometheus; }; }
+	dpkg-deb -x $(PROM_DIR)/deb/prometheus_*.deb $(PROM_DIR)
+	rm -rf $(PROM_DIR)/deb
+	$(PROM_DIR)/usr/bin/prometheus --version
 	@touch $@
 
 # Train (or find cached) every ensemble version serve_config.yaml serves.
@@ -45,6 +61,11 @@ bench: setup
 # 2-node local Ray cluster serving $(CONFIG); loadtest/results/<timestamp>/reliability.json.
 reliability: setup
 	$(BIN)/python -m loadtest.reliability --config $(CONFIG) $(RELIABILITY_ARGS)
+
+# The Grafana dashboard (app/local/grafana/offers-dashboard.json) from the metrics contract;
+# a unit test fails when the committed file differs from a fresh render.
+dashboard: setup
+	$(BIN)/python -m app.local.dashboard
 
 # ruff everywhere; mypy --strict on the service package; the layer rules (import-linter).
 lint: setup

@@ -35,9 +35,14 @@ class MetricSpec:
         return PROMETHEUS_PREFIX + self.name
 
 
+# Ray 2.60 exports a histogram's `_sum` from bucket midpoints, not from the observed values
+# (ray/_private/telemetry/open_telemetry_metric_recorder.py). Counts of things (members,
+# logins) therefore get boundaries at half-integers: each small count has a bucket whose
+# midpoint is the count itself, so `_sum / _count` is exact for them. Latency sums, and so
+# latency means, are approximate; quantiles come from the buckets either way.
 LATENCY_MS_BUCKETS = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 2000)
 MEMBER_COUNT_BUCKETS = tuple(float(n) + 0.5 for n in range(0, 25))  # 0.5, 1.5, ... 24.5
-BATCH_LOGIN_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+BATCH_LOGIN_BUCKETS = (0.5, 1.5, 2.5, 3.5, 4.5, 6.5, 8.5, 12.5, 16.5, 24.5, 32.5, 48.5, 64.5)
 BATCH_ROW_BUCKETS = (8, 16, 32, 64, 128, 256, 384, 512, 768, 1024)
 
 # Answers by outcome: "personalized", or "fallback" with its reason ("none" when personalized).
@@ -110,8 +115,8 @@ BREAKER_OPEN = MetricSpec(
 VERSION_ROUTED = MetricSpec(
     "offers_version_routed_total",
     Kind.COUNTER,
-    "Logins routed by the version split: the version assigned, the version that answered, "
-    "and why they differ (none | unavailable | failed)",
+    "Logins routed by the version split: the version assigned, the version that answered "
+    "(none if no version did), and why (none | unavailable | failed | timeout | refused)",
     ("game", "assigned", "answered", "reason"),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,15 @@ class SupervisorConfig(BaseModel):
     max_in_flight: int = Field(ge=1)
     retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
+
+
+BREAKER_REPORT_S = 2.0
+
+
+async def _report_breaker(store: FeatureStore, telemetry: SupervisorTelemetry) -> None:
+    while True:
+        telemetry.breaker(store.breaker_state)
+        await asyncio.sleep(BREAKER_REPORT_S)
 
 
 @serve.deployment
@@ -92,7 +102,10 @@ class Supervisor:
         self._store = FeatureStore(
             settings, manifest.feature_schema, manifest.game, telemetry=telemetry
         )
-        telemetry.breaker(self._store.breaker_state)
+        # The breaker gauge stays exported even while every login is a cache hit.
+        self._breaker_task = asyncio.get_running_loop().create_task(
+            _report_breaker(self._store, telemetry)
+        )
         self._closed = False
         self._service = OfferService(
             manifest,
@@ -188,6 +201,7 @@ class Supervisor:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        self._breaker_task.cancel()
         if self._coalescing is not None:
             self._coalescing.close()
         self._store.close()

@@ -67,7 +67,6 @@ class SupervisorTelemetry:
         self._cache = counter(spec.FEATURE_CACHE, tags)
         self._dynamodb = histogram(spec.DYNAMODB_READ, tags)
         self._breaker = gauge(spec.BREAKER_OPEN, tags)
-        self._breaker_state: str | None = None
 
     def answer(self, outcome: str, reason: str, latency_ms: float) -> None:
         self._answers.inc(tags={"outcome": outcome, "reason": reason})
@@ -95,9 +94,9 @@ class SupervisorTelemetry:
         )
 
     def breaker(self, state: str) -> None:
-        if state != self._breaker_state:  # a gauge keeps its value; set it on change only
-            self._breaker_state = state
-            self._breaker.set(BREAKER_VALUES.get(state, 1.0))
+        # Set on every report, not on change: Ray drops a gauge series that is not set again
+        # within two export intervals (the supervisor also reports it on a timer).
+        self._breaker.set(BREAKER_VALUES.get(state, 1.0))
 
 
 class RouterTelemetry:
