@@ -132,7 +132,13 @@ class VersionShare(BaseModel):
 class SplitInfo(BaseModel):
     game: str
     versions: list[VersionShare]
-    weights_rejected: str | None = None
+    request_budget_ms: float = Field(description="a routed login's whole budget")
+    failover_reserve_ms: float = Field(
+        description="kept back from the assigned version so another can still answer"
+    )
+    knobs_rejected: str | None = Field(
+        default=None, description="the last live change this router refused, and why"
+    )
 
 
 class Health(BaseModel):

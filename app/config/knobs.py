@@ -13,6 +13,7 @@ raising in `reconfigure()`, which Serve would turn into a restart loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
@@ -48,9 +49,9 @@ class SupervisorKnobs(_Strict):
 
     @model_validator(mode="after")
     def _non_negative_weights(self) -> Self:
-        bad = {name: w for name, w in self.member_weights.items() if not w >= 0}
+        bad = {name: w for name, w in self.member_weights.items() if not 0 <= w < math.inf}
         if bad:
-            raise ValueError(f"member_weights must be >= 0, got {bad}")
+            raise ValueError(f"member_weights must be finite and >= 0, got {bad}")
         return self
 
     def checked(self, members: Mapping[str, float], max_batch_rows: int) -> Self:
@@ -80,20 +81,28 @@ class SupervisorKnobs(_Strict):
         return SupervisorKnobs.model_validate(_deep_merge(self.model_dump(), dict(change)))
 
 
-class VersionWeights(_Strict):
-    """The router's user_config: each version's share of a game's players."""
+class RouterKnobs(_Strict):
+    """The router's user_config, whole: version weights and the routed budget.
+
+    A change names only what it changes; `weights` merges per version (name one version to
+    change its weight, the others keep theirs). No defaults: the baseline always comes from
+    the router's args (RouterAppArgs.knobs())."""
 
     weights: dict[str, float]
+    request_budget_ms: float = Field(gt=0, le=10_000)
+    failover_reserve_ms: float = Field(ge=0)
 
     @model_validator(mode="after")
     def _usable(self) -> Self:
         if not self.weights:
             raise ValueError("weights must name at least one version")
-        bad = {v: w for v, w in self.weights.items() if not w >= 0}
+        bad = {v: w for v, w in self.weights.items() if not 0 <= w < math.inf}
         if bad:
-            raise ValueError(f"version weights must be >= 0, got {bad}")
+            raise ValueError(f"version weights must be finite and >= 0, got {bad}")
         if sum(self.weights.values()) <= 0:
             raise ValueError("version weights must not all be 0")
+        if self.failover_reserve_ms >= self.request_budget_ms:
+            raise ValueError("failover_reserve_ms must be below request_budget_ms")
         return self
 
     def checked(self, versions: Iterable[str]) -> Self:
@@ -104,6 +113,18 @@ class VersionWeights(_Strict):
                 f"weights name {unknown}, which this router does not serve ({sorted(known)})"
             )
         return self
+
+    def merged(self, change: Mapping[str, Any] | None) -> RouterKnobs:
+        """This baseline with a partial change on top; pydantic's ValidationError if invalid."""
+        if not change:
+            return self
+        merged = {**self.model_dump(), **{k: v for k, v in change.items() if k != "weights"}}
+        weights = change.get("weights")
+        if weights is not None:
+            if not isinstance(weights, Mapping):
+                raise ValueError(f"weights must be a mapping of version -> weight, got {weights!r}")
+            merged["weights"] = {**self.weights, **weights}
+        return RouterKnobs.model_validate(merged)
 
 
 def explain(exc: Exception) -> str:

@@ -7,7 +7,7 @@ from typing import Self
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.config.app_args import AutoscalingArgs, DeploymentArgs
-from app.config.knobs import VersionWeights
+from app.config.knobs import RouterKnobs
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
 
 # The router only hashes a player id and forwards: very light, many logins per replica.
@@ -33,8 +33,8 @@ class VersionEntry(_Strict):
 
 class RouterAppArgs(_Strict):
     game: str = Field(pattern=GAME_PATTERN)
-    # In range order: stable first, the canary last, so growing the canary moves only the
-    # players it takes over (app.core.version_split).
+    # The stable version first: when a version cannot answer, its players go to the
+    # version with the most weight (app.core.offer_routing).
     versions: list[VersionEntry] = Field(min_length=1)
     request_budget_ms: float = Field(
         default=1000.0, gt=0, le=10_000, description="a routed login's whole budget"
@@ -53,13 +53,17 @@ class RouterAppArgs(_Strict):
         names = [v.version for v in self.versions]
         if len(set(names)) != len(names):
             raise ValueError(f"versions listed twice: {names}")
-        if self.failover_reserve_ms >= self.request_budget_ms:
-            raise ValueError("failover_reserve_ms must be below request_budget_ms")
-        self.weights()  # at least one positive weight
+        self.knobs()  # weights usable, reserve below the budget
         return self
 
     def applications(self) -> dict[str, str]:
         return {v.version: v.application or f"{self.game}-{v.version}" for v in self.versions}
 
-    def weights(self) -> VersionWeights:
-        return VersionWeights(weights={v.version: v.weight for v in self.versions})
+    def knobs(self) -> RouterKnobs:
+        """The router's live knobs as these args set them (the baseline a user_config is
+        merged over)."""
+        return RouterKnobs(
+            weights={v.version: v.weight for v in self.versions},
+            request_budget_ms=self.request_budget_ms,
+            failover_reserve_ms=self.failover_reserve_ms,
+        )

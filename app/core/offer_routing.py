@@ -64,15 +64,21 @@ class OfferRouter:
         retry_after_s: float,
         on_routed: Callable[[str, str, str], None] | None = None,
     ) -> None:
-        if budget_ms <= 0 or failover_reserve_ms < 0:
-            raise ValueError("budget_ms must be > 0 and failover_reserve_ms >= 0")
-        self.split = split
         self._backend = backend
-        self._budget_ms = budget_ms
-        self._reserve_ms = failover_reserve_ms
+        self.configure(split, budget_ms=budget_ms, failover_reserve_ms=failover_reserve_ms)
         self._retry_after_s = retry_after_s
         self._on_routed = on_routed or (lambda assigned, answered, reason: None)
         self._problems = TallyLog(logger, "rerouted logins")
+
+    def configure(
+        self, split: VersionSplit, *, budget_ms: float, failover_reserve_ms: float
+    ) -> None:
+        """Live knobs: the next login uses them; logins in flight keep their own."""
+        if budget_ms <= 0 or not 0 <= failover_reserve_ms < budget_ms:
+            raise ValueError("budget_ms must be > 0 and 0 <= failover_reserve_ms < budget_ms")
+        self.split = split
+        self._budget_ms = budget_ms
+        self._reserve_ms = failover_reserve_ms
 
     async def route(self, payload: dict[str, Any], request_id: str | None) -> RoutedReply:
         budget_ms = self._budget_ms

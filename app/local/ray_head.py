@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from types import TracebackType
 
-from app.local.dynalite import free_port
+from app.local.dynalite import free_port, port_is_free
 from app.local.processes import default_sigint
 
 # Ray 2.60 turns token auth on for new clusters; its CLI sends the token only when told to.
@@ -67,6 +67,22 @@ class RayHead:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     def start(self, timeout_s: float = 120.0) -> RayHead:
+        ports = (self.metrics_port, self.dashboard_port)
+        busy = [p for p in ports if not port_is_free("127.0.0.1", p)]
+        if busy:
+            raise RayHeadFailed(
+                f"ports {busy} are in use (another `make run` or Ray?); pass other ports"
+            )
+        try:
+            self._start(timeout_s)
+        except BaseException:
+            # Includes Ctrl-C while waiting: `with` would not call __exit__ here, and the
+            # cluster runs in its own session, out of reach of the terminal's Ctrl-C.
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout_s: float) -> None:
         args = [
             str(self._bin / "ray"),
             "start",
@@ -102,10 +118,8 @@ class RayHead:
                     f"ray start exited {self._process.returncode}; see {self.log_path}"
                 )
             if time.monotonic() > deadline:
-                self.stop()
                 raise RayHeadFailed(f"Ray not up after {timeout_s:.0f}s; see {self.log_path}")
             time.sleep(1.0)
-        return self
 
     @staticmethod
     def _answers(url: str) -> bool:

@@ -99,10 +99,8 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
     config = RouterConfig(
         game=args.game,
         applications=args.applications(),
-        weights=args.weights(),
+        knobs=args.knobs(),
         ingress_deployment=SUPERVISOR_DEPLOYMENT,
-        request_budget_ms=args.request_budget_ms,
-        failover_reserve_ms=args.failover_reserve_ms,
         retry_after_s=args.retry_after_s,
     )
     app: Application = router.bind(config)

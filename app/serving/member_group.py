@@ -8,6 +8,7 @@ wide as the number of groups instead of the number of members (see member_layout
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any, cast
@@ -18,9 +19,12 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 from app.adapters.member_model import MemberGroupModel, MemberModel
 from app.config.app_args import MemberGroupConfig
+from app.config.knobs import explain
 from app.contract.manifest import MemberEntry
 from app.core.fanout import MemberRef
 from app.serving.logs import route_service_logs_to_serve
+
+logger = logging.getLogger(__name__)
 
 
 def _rows(matrices: list[np.ndarray]) -> int:
@@ -38,8 +42,15 @@ class MemberGroupDeployment:
         self._delay_s = 0.0
         self._fault_counts: Counter[str] = Counter()
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        config = MemberGroupConfig.model_validate(user_config or {})
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Batching and fault injection, live. A config that does not validate is logged and
+        refused (the replica keeps what it had): raising here would make Serve restart the
+        replica with the same config, again and again. On the replica's event loop."""
+        try:
+            config = MemberGroupConfig.model_validate(user_config or {})
+        except ValueError as exc:
+            logger.error("refused member group config %r: %s", user_config, explain(exc))
+            return
         batch: Any = self._score_batch  # @serve.batch adds these setters at run time
         batch.set_max_batch_size(config.batching.max_batch_rows)
         batch.set_batch_wait_timeout_s(config.batching.batch_wait_timeout_s)

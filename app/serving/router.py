@@ -20,7 +20,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.api.router_routes import build_router_api
 from app.api.schemas import SplitInfo, VersionShare
-from app.config.knobs import VersionWeights, explain
+from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings
 from app.core.offer_routing import OfferRouter, VersionUnavailable
 from app.core.version_split import VersionSplit
@@ -39,12 +39,11 @@ class RouterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     game: str
-    # version -> its Serve application, in range order (stable first, canary last)
+    # version -> its Serve application (stable first)
     applications: dict[str, str]
-    weights: VersionWeights
+    # The live knobs as the args set them; a user_config is merged over these.
+    knobs: RouterKnobs
     ingress_deployment: str
-    request_budget_ms: float = Field(gt=0)
-    failover_reserve_ms: float = Field(ge=0)
     retry_after_s: float = Field(ge=0)
 
 
@@ -89,41 +88,44 @@ class VersionRouter:
         route_service_logs_to_serve()
         self._config = config
         self._versions = list(config.applications)
-        self._weights = config.weights
-        self._weights_rejected: str | None = None
+        self._knobs = config.knobs
+        self._knobs_rejected: str | None = None
         telemetry = RouterTelemetry(config.game)
         self._backend = HandleBackend(dict(config.applications), config.ingress_deployment)
         self._router = OfferRouter(
-            VersionSplit(config.game, self._versions, config.weights.weights),
+            VersionSplit(config.game, self._versions, config.knobs.weights),
             self._backend,
-            budget_ms=config.request_budget_ms,
-            failover_reserve_ms=config.failover_reserve_ms,
+            budget_ms=config.knobs.request_budget_ms,
+            failover_reserve_ms=config.knobs.failover_reserve_ms,
             retry_after_s=config.retry_after_s,
             on_routed=telemetry.routed,
         )
         self._api_key_sha256 = get_settings().api_key_sha256
         self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
-        """Live version weights. Never raises (see Supervisor.reconfigure): a bad change is
-        logged, refused and shown in GET /v1/split; the split in force stays."""
-        if not user_config:
-            return
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
+        """Live weights and budget (user_config, merged over the args; {} goes back to them).
+        On the event loop; never raises (see Supervisor.reconfigure): a bad change is logged,
+        refused and shown in GET /v1/split, and the split in force stays."""
         try:
-            weights = VersionWeights.model_validate(user_config).checked(self._versions)
-            split = VersionSplit(self._config.game, self._versions, weights.weights)
+            knobs = self._config.knobs.merged(user_config).checked(self._versions)
+            split = VersionSplit(self._config.game, self._versions, knobs.weights)
+            self._router.configure(
+                split,
+                budget_ms=knobs.request_budget_ms,
+                failover_reserve_ms=knobs.failover_reserve_ms,
+            )
         except ValueError as exc:
-            self._weights_rejected = f"{user_config!r}: {explain(exc)}"
+            self._knobs_rejected = f"{user_config!r}: {explain(exc)}"
             logger.error(
-                "refused version weights, keeping %s: %s",
-                self._weights.weights,
-                self._weights_rejected,
+                "refused router knobs, keeping %s: %s",
+                self._knobs.model_dump(),
+                self._knobs_rejected,
             )
             return
-        self._router.split = split
-        self._weights = weights
-        self._weights_rejected = None
-        logger.info("version weights applied: %s", weights.weights)
+        self._knobs = knobs
+        self._knobs_rejected = None
+        logger.info("router knobs applied: %s", knobs.model_dump())
 
     def _split_info(self) -> SplitInfo:
         split = self._router.split
@@ -139,7 +141,9 @@ class VersionRouter:
                 )
                 for v in split.versions
             ],
-            weights_rejected=self._weights_rejected,
+            request_budget_ms=self._knobs.request_budget_ms,
+            failover_reserve_ms=self._knobs.failover_reserve_ms,
+            knobs_rejected=self._knobs_rejected,
         )
 
     def __serve_build_asgi_app__(self) -> FastAPI:

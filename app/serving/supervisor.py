@@ -132,12 +132,14 @@ class Supervisor:
                 "members not warm after %.0fs: %s", config.warmup_timeout_s, warm.missing
             )
 
-    def reconfigure(self, user_config: dict[str, Any]) -> None:
+    async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live knobs (Serve's user_config), merged over the args' baseline.
 
-        Never raises: Serve would mark the replica failed and start it again with the same
-        config, a restart loop. A change that does not validate is logged and refused, the
-        replica keeps what it had, and GET /v1/ensemble shows the refusal.
+        Async, so Serve runs it on the replica's event loop (a sync one would run in a worker
+        thread, racing the logins that read the knobs). Never raises: Serve would mark the
+        replica failed and start it again with the same config, a restart loop. A change that
+        does not validate is logged and refused, the replica keeps what it had, and
+        GET /v1/ensemble shows the refusal.
         """
         try:
             knobs = self._baseline.merged(user_config).checked(
@@ -147,7 +149,13 @@ class Supervisor:
             self._knobs_rejected = f"{user_config!r}: {explain(exc)}"
             logger.error("refused knobs change, keeping %s: %s", self._knobs, self._knobs_rejected)
             return
-        self._apply(knobs)
+        try:
+            self._apply(knobs)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not restart-loop the replica
+            self._knobs_rejected = f"{user_config!r}: {type(exc).__name__}: {exc}"
+            logger.exception("could not apply knobs %s; keeping %s", knobs, self._knobs)
+            self._apply(self._knobs)
+            return
         self._knobs_rejected = None
         logger.info("knobs applied: %s", knobs.model_dump())
 
@@ -201,7 +209,9 @@ class Supervisor:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        self._breaker_task.cancel()
+        breaker_task = getattr(self, "_breaker_task", None)
+        if breaker_task is not None:
+            breaker_task.cancel()
         if self._coalescing is not None:
             self._coalescing.close()
         self._store.close()

@@ -92,7 +92,10 @@ def scraped(tmp_path_factory, dynalite_server, tiny_version_dir):
     config = folder / "serve_config.yaml"
     tiny_config(config, http_port, dynalite_server.endpoint_url, tiny_version_dir.parents[2])
     # Export every 1 s (Ray's default is 10 s) so the test does not wait on the exporter.
-    env = {**os.environ, "RAY_metrics_report_interval_ms": "1000"}
+    # The replicas' settings come from the config's runtime_env only: other fixtures of the
+    # session set OFFERS_* in this process (e.g. a feature cache TTL of 0).
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("OFFERS_")}
+    env = {**inherited, "RAY_metrics_report_interval_ms": "1000"}
     head = RayHead(
         BIN,
         env,

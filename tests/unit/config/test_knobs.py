@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.config.app_args import EnsembleAppArgs
-from app.config.knobs import VersionWeights, explain
+from app.config.knobs import RouterKnobs, explain
 
 pytestmark = pytest.mark.unit
 
@@ -56,9 +56,39 @@ def test_values_that_do_not_fit_the_ensemble_are_refused(change, message):
         BASELINE.merged(change).checked(TRAINED, 1024)
 
 
-def test_version_weights_must_name_served_versions_and_not_all_be_zero():
-    assert VersionWeights(weights={"a": 1, "b": 0}).checked(["a", "b"]).weights["a"] == 1
+ROUTER = RouterKnobs(
+    weights={"2026-10": 90, "2026-11": 10}, request_budget_ms=1000, failover_reserve_ms=250
+)
+
+
+def test_router_weights_merge_per_version_and_an_empty_change_is_the_baseline():
+    assert ROUTER.merged({"weights": {"2026-11": 20}}).weights == {"2026-10": 90, "2026-11": 20}
+    assert ROUTER.merged({"request_budget_ms": 800}).weights == ROUTER.weights
+    assert ROUTER.merged({}) is ROUTER
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"weights": {"2026-10": 0, "2026-11": 0}}, "not all be 0"),
+        ({"weights": {"2026-10": float("inf")}}, "finite"),
+        ({"weights": {"2026-11": -1}}, "finite and >= 0"),
+        ({"failover_reserve_ms": 1000}, "below request_budget_ms"),
+        ({"weights": [1, 2]}, "mapping"),
+        ({"weight": {"2026-11": 5}}, "weight"),
+    ],
+)
+def test_bad_router_changes_are_refused(change, message):
+    with pytest.raises(ValueError) as err:
+        ROUTER.merged(change)
+    assert message in explain(err.value)
+
+
+def test_router_weights_must_name_served_versions():
     with pytest.raises(ValueError, match="does not serve"):
-        VersionWeights(weights={"c": 1}).checked(["a", "b"])
-    with pytest.raises(ValidationError):
-        VersionWeights(weights={"a": 0})
+        ROUTER.merged({"weights": {"2027-01": 5}}).checked(["2026-10", "2026-11"])
+
+
+def test_member_weights_must_be_finite():
+    with pytest.raises(ValidationError, match="finite"):
+        BASELINE.merged({"member_weights": {"xgb-all": float("inf")}})

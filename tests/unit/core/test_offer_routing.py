@@ -98,6 +98,7 @@ def test_no_version_answering_is_a_503_with_retry_after():
     reply = route(r)
     assert reply.status == 503 and reply.retry_after_s == 2
     assert "unavailable" in reply.detail
+    assert [v for v, _ in backend.calls] == ["canary", "stable"]  # both were tried
     assert routed == [("canary", "none", "unavailable")]
 
 
