@@ -29,14 +29,13 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps
+from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps
 from loadtest.probe import latency_probe
 from loadtest.systems import EnsembleSystem, dynamo_env
 from models.train import ensure_trained
 
 RESULTS = PROJECT_ROOT / "loadtest" / "results"
 TABLE = "player-features-routing"
-ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
 
 
 def log(message: str) -> None:

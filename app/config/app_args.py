@@ -12,7 +12,7 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.config.knobs import CoalescingLimits, SupervisorKnobs
+from app.config.knobs import CoalescingLimits, SupervisorKnobs, deep_merge
 from app.config.settings import get_settings
 from app.contract.artifacts import version_dir
 from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
@@ -52,7 +52,7 @@ class DeploymentArgs(_Strict):
 
     def updated(self, changes: dict[str, Any]) -> DeploymentArgs:
         """A copy with `changes` (a partial, YAML-shaped dict) applied on top."""
-        return DeploymentArgs.model_validate(_deep_merge(self.model_dump(), changes))
+        return DeploymentArgs.model_validate(deep_merge(self.model_dump(), changes))
 
     def to_options(self, name: str) -> dict[str, Any]:
         return {
@@ -228,13 +228,3 @@ class EnsembleAppArgs(_Strict):
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root
         return version_dir(root, self.profile, self.game, self.version).resolve()
-
-
-def _deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged

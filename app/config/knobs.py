@@ -78,7 +78,9 @@ class SupervisorKnobs(_Strict):
         """This baseline with a partial change on top; pydantic's ValidationError if invalid."""
         if not change:
             return self
-        return SupervisorKnobs.model_validate(_deep_merge(self.model_dump(), dict(change)))
+        # member_weights is replaced whole: a change lists every override it wants.
+        merged = deep_merge(self.model_dump(), dict(change), replace=frozenset({"member_weights"}))
+        return SupervisorKnobs.model_validate(merged)
 
 
 class RouterKnobs(_Strict):
@@ -136,15 +138,12 @@ def explain(exc: Exception) -> str:
     return str(exc)
 
 
-def _deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(
+    base: dict[str, Any], changes: dict[str, Any], *, replace: frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """`base` with a partial, YAML-shaped `changes` on top; keys in `replace` are taken whole."""
     merged = dict(base)
     for key, value in changes.items():
-        if (
-            isinstance(value, dict)
-            and isinstance(merged.get(key), dict)
-            and key != "member_weights"
-        ):
-            merged[key] = _deep_merge(merged[key], value)
-        else:
-            merged[key] = value
+        nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = deep_merge(merged[key], value) if nested and key not in replace else value
     return merged

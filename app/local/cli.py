@@ -29,7 +29,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from app.config.ray_env import SERVE_PROCESS_ENV
@@ -44,6 +43,7 @@ from app.local.serve_config import (
     ConfiguredApp,
     check_deployment_overrides,
     configured_apps,
+    configured_routers,
     local_endpoint,
 )
 from models import recipes
@@ -56,7 +56,6 @@ LOCAL_STATE = PROJECT_ROOT / ".local"
 # API that `serve deploy` / `serve status` use.
 METRICS_PORT = 8080
 DASHBOARD_PORT = 8265
-ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
 
 log = logging.getLogger(__name__)
 
@@ -132,23 +131,13 @@ def run_local(
         )
         with head:
             log.info("Ray up: metrics at %s, dashboard at %s", head.metrics_url, head.dashboard_url)
-            for game in sorted(routers(config)):
+            for game in configured_routers(config):
                 log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", game[0], game[1])
             for app in apps:
                 log.info(
                     "serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix
                 )
             return _run_serve(config, head.address, head.env)
-
-
-def routers(config: Path) -> list[tuple[str, str]]:
-    """(name, route prefix) of the config's game routers."""
-    document = yaml.safe_load(config.read_text())
-    return [
-        (a["name"], a.get("route_prefix", "/"))
-        for a in document.get("applications", [])
-        if a.get("import_path") == ROUTER_IMPORT_PATH
-    ]
 
 
 def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:

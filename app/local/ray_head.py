@@ -70,6 +70,7 @@ class RayHead:
         ports = (self.metrics_port, self.dashboard_port)
         busy = [p for p in ports if not port_is_free("127.0.0.1", p)]
         if busy:
+            self.stop()  # nothing started; its temp dir goes
             raise RayHeadFailed(
                 f"ports {busy} are in use (another `make run` or Ray?); pass other ports"
             )

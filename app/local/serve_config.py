@@ -15,6 +15,7 @@ from app.contract.manifest import load_manifest
 from app.serving.member_layout import plan_groups
 
 BUILDER_IMPORT_PATH = "app.serving.builder:build_app"
+ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
 
 
 class ConfigError(ValueError):
@@ -61,6 +62,16 @@ def configured_apps(path: Path) -> list[ConfiguredApp]:
             )
         )
     return apps
+
+
+def configured_routers(path: Path) -> list[tuple[str, str]]:
+    """(name, route prefix) of the game routers declared in a Serve config file."""
+    document = yaml.safe_load(path.read_text())
+    return [
+        (app["name"], app.get("route_prefix", "/"))
+        for app in document.get("applications", [])
+        if app.get("import_path") == ROUTER_IMPORT_PATH
+    ]
 
 
 def check_deployment_overrides(app: ConfiguredApp) -> None:

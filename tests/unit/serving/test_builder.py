@@ -12,7 +12,12 @@ from ray.serve.schema import ServeDeploySchema
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.local.dynalite import PROJECT_ROOT
-from app.local.serve_config import ConfigError, check_deployment_overrides, configured_apps
+from app.local.serve_config import (
+    ROUTER_IMPORT_PATH,
+    ConfigError,
+    check_deployment_overrides,
+    configured_apps,
+)
 from app.serving.builder import ImpossibleConfig, build_app, build_router
 from models.train import ensure_trained
 
@@ -59,7 +64,7 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
     # Every router application routes to versions this config deploys, and builds.
     served = {app.name for app in apps}
     for entry in document["applications"]:
-        if entry["import_path"] != "app.serving.builder:build_router":
+        if entry["import_path"] != ROUTER_IMPORT_PATH:
             continue
         args = RouterAppArgs.model_validate(entry["args"])
         assert set(args.applications().values()) <= served, (entry["name"], served)
