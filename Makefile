@@ -13,7 +13,7 @@ CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench reliability lint dashboard
+.PHONY: setup models run test bench reliability lint dashboard k8s
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
@@ -48,6 +48,11 @@ models: setup
 run: setup
 	$(BIN)/offers run-local --config $(CONFIG) --players $(PLAYERS)
 
+# The KubeRay CRDs the k8s/ manifests are validated against (tests/unit/k8s); point it at
+# your cluster's (`kubectl get crd rayservices.ray.io -o yaml > DIR/ray.io_rayservices.yaml`).
+KUBERAY_CRD_DIR ?= $(abspath ../shared/kuberay)
+export KUBERAY_CRD_DIR
+
 # Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -66,6 +71,11 @@ reliability: setup
 # a unit test fails when the committed file differs from a fresh render.
 dashboard: setup
 	$(BIN)/python -m app.local.dashboard
+
+# k8s/ (RayService, IAM, Dockerfile, ...) from serve_config.yaml and k8s/profile.yaml; a unit
+# test fails when the committed files differ from a fresh render.
+k8s: setup
+	$(BIN)/python -m app.k8s
 
 # ruff everywhere; mypy --strict on the service package; the layer rules (import-linter).
 lint: setup

@@ -46,6 +46,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -70,6 +71,9 @@ from loadtest.traffic import (
 logger = logging.getLogger(__name__)
 
 JSON_HEADERS = {"Content-Type": "application/json"}
+# The API key, when the service requires one (its X-API-Key header): from the environment,
+# e.g. a Kubernetes secret (k8s/loadtest/job.yaml), never on the command line.
+API_KEY_ENV = "OFFERS_API_KEY"
 # Users are seeded (TRAFFIC_SEED, worker index, user number): reproducible, and no two game
 # servers replay the same login sequence.
 TRAFFIC_SEED = 2026
@@ -151,6 +155,8 @@ class GameServer(FastHttpUser):
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.offers_path = f"{options.route_prefix.rstrip('/')}/v1/offers"
+        api_key = os.environ.get(API_KEY_ENV)
+        self.headers = {**JSON_HEADERS, **({"X-API-Key": api_key} if api_key else {})}
         worker = max(getattr(self.environment.runner, "worker_index", 0), 0)
         seed = (TRAFFIC_SEED, worker, next(_user_numbers))
         self.logins = LoginMix(traffic_config(options), seed=seed)
@@ -190,7 +196,7 @@ class GameServer(FastHttpUser):
     def _offer(self, body: bytes) -> None:
         started = time.perf_counter()
         with self.client.post(
-            self.offers_path, data=body, headers=JSON_HEADERS, name="offers", catch_response=True
+            self.offers_path, data=body, headers=self.headers, name="offers", catch_response=True
         ) as response:
             verdict = judge_offer(response.status_code, _json(response))
             self._settle(response, verdict, started)
@@ -200,7 +206,7 @@ class GameServer(FastHttpUser):
         with self.client.post(
             self.offers_path,
             data=body,
-            headers=JSON_HEADERS,
+            headers=self.headers,
             name="offers [malformed]",
             catch_response=True,
         ) as response:

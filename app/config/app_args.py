@@ -40,6 +40,10 @@ class DeploymentArgs(_Strict):
     """Replica sizing of one deployment (Serve's own options, typed)."""
 
     num_cpus: float = Field(default=0.1, gt=0, le=64)
+    # Memory Ray reserves for each replica (its scheduler and autoscaler count it). None:
+    # none reserved, as on one local node; a cluster sets it so replicas are packed onto
+    # nodes by memory too (k8s/profile.yaml).
+    memory_mb: int | None = Field(default=None, ge=64)
     max_ongoing_requests: int = Field(default=32, ge=1)
     # Requests waiting at each caller beyond max_ongoing_requests; more are rejected at once
     # (HTTP 503 with Retry-After for the ingress) instead of queueing into timeouts.
@@ -57,7 +61,10 @@ class DeploymentArgs(_Strict):
     def to_options(self, name: str) -> dict[str, Any]:
         return {
             "name": name,
-            "ray_actor_options": {"num_cpus": self.num_cpus},
+            "ray_actor_options": {
+                "num_cpus": self.num_cpus,
+                **({"memory": self.memory_mb * 2**20} if self.memory_mb is not None else {}),
+            },
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_queued_requests,
             "autoscaling_config": self.autoscaling.model_dump(),

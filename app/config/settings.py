@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, HttpUrl, SecretStr, field_validator
+from pydantic import Field, HttpUrl, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -53,8 +54,26 @@ class Settings(BaseSettings):
     # Callers authenticate with the X-API-Key header when this is set: the hex SHA-256 of
     # the key (never the key itself), e.g. from a Kubernetes secret. Unset: no auth.
     api_key_sha256: SecretStr | None = None
+    # The same digest read from a file: a Kubernetes Secret mounted as a volume (k8s/), so
+    # it is in no pod spec and no process environment. Set one of the two, not both.
+    api_key_sha256_file: Path | None = None
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _digest_from_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("api_key_sha256_file") is None:
+            return data
+        if data.get("api_key_sha256") is not None:
+            raise ValueError("set api_key_sha256 or api_key_sha256_file, not both")
+        path = Path(data["api_key_sha256_file"])
+        try:
+            digest = path.read_text().strip()
+        except OSError as exc:
+            # A replica configured for auth must not start without it (and serve unauthenticated).
+            raise ValueError(f"api_key_sha256_file {path}: {exc.strerror}") from exc
+        return {**data, "api_key_sha256": digest}
 
     @field_validator("api_key_sha256")
     @classmethod

@@ -206,6 +206,22 @@ def test_settings_accept_only_a_hex_digest_as_the_key():
         Settings(api_key_sha256=KEY)  # the key itself, not its digest
 
 
+def test_settings_read_the_digest_from_a_mounted_secret_file(tmp_path):
+    from app.config.settings import Settings
+
+    mounted = tmp_path / "sha256"
+    mounted.write_text(KEY_SHA256 + "\n")  # `kubectl create secret --from-file` keeps newlines
+    settings = Settings(api_key_sha256_file=mounted)
+    assert settings.api_key_sha256.get_secret_value() == KEY_SHA256
+    with pytest.raises(ValueError, match="not both"):
+        Settings(api_key_sha256_file=mounted, api_key_sha256=KEY_SHA256)
+    with pytest.raises(ValueError, match="No such file"):
+        Settings(api_key_sha256_file=tmp_path / "missing")  # never start unauthenticated
+    mounted.write_text(KEY)  # the key itself, not its digest
+    with pytest.raises(ValueError, match="64 lowercase hex"):
+        Settings(api_key_sha256_file=mounted)
+
+
 def test_a_login_past_the_admission_bound_is_refused_at_once_with_retry_after():
     gate = AdmissionGate(1)
     assert gate.try_enter()  # another login holds the only slot

@@ -123,3 +123,12 @@ def test_max_replicas_per_node_reaches_serve_only_when_set():
     args = EnsembleAppArgs.model_validate({**BASE, "supervisor": {"max_replicas_per_node": 1}})
     assert args.supervisor.to_options("supervisor")["max_replicas_per_node"] == 1
     assert "max_replicas_per_node" not in args.members.to_options("member-group-0")
+
+
+def test_memory_is_reserved_in_bytes_only_when_set():
+    args = EnsembleAppArgs.model_validate({**BASE, "members": {"memory_mb": 512}})
+    assert args.members.to_options("member-x")["ray_actor_options"] == {
+        "num_cpus": args.members.num_cpus,
+        "memory": 512 * 2**20,
+    }
+    assert "memory" not in args.supervisor.to_options("supervisor")["ray_actor_options"]

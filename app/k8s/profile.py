@@ -1,0 +1,155 @@
+"""The production profile: what a Kubernetes deployment needs beyond serve_config.yaml.
+
+k8s/profile.yaml is this model, typed; every section forbids unknown keys so a misspelt
+setting fails `make k8s` instead of vanishing. The serve overrides (`serve.ensemble_args`,
+`serve.router_args`) are partial `args:` deep-merged onto every ensemble and router
+application of serve_config.yaml, then validated as the full args the replicas will parse.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# KubeRay names the RayCluster `<rayservice>-<5 chars>`, and a RayCluster name is at most 53
+# characters (ray-operator/controllers/ray/utils/constant.go): RayService names stop at 47.
+MAX_RAYSERVICE_NAME = 47
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImageProfile(_Strict):
+    # The tag is not set here: it is <project version>-ray<ray version>-py<python>, from the
+    # pins, so the image and the cluster's rayVersion cannot drift apart.
+    repository: str = Field(pattern=r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$")
+    pull_policy: str = Field(default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
+
+
+class AwsProfile(_Strict):
+    account_id: str = Field(pattern=r"^[0-9]{12}$")
+    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
+    # The cluster's IRSA OIDC provider (`aws eks describe-cluster ... identity.oidc.issuer`,
+    # without https://): the serve role trusts tokens from it for one ServiceAccount only.
+    eks_oidc_provider: str = Field(pattern=r"^oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[A-Z0-9]+$")
+    serve_role_name: str = Field(pattern=r"^[A-Za-z0-9+=,.@_-]{1,64}$")
+
+    def serve_role_arn(self) -> str:
+        return f"arn:aws:iam::{self.account_id}:role/{self.serve_role_name}"
+
+
+class DynamoDbProfile(_Strict):
+    table: str = Field(pattern=r"^[A-Za-z0-9_.-]{3,255}$")
+
+
+class HeadProfile(_Strict):
+    """The head pod: GCS, dashboard, Serve controller, autoscaler. No replicas (num-cpus 0)."""
+
+    cpu: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+
+
+class WorkerGroupProfile(_Strict):
+    """The CPU worker group: every replica runs here, nodes added by the Ray autoscaler."""
+
+    name: str = Field(pattern=DNS_1123_LABEL)
+    cpu: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+    # Plasma store per pod (/dev/shm); Serve passes requests and answers by value, so small.
+    object_store_gib: float = Field(gt=0)
+    # Raylet, dashboard agent, HAProxy and its manager, log monitor: memory Ray does not
+    # schedule replicas into.
+    system_reserved_gib: float = Field(ge=0)
+    # A node the autoscaler added is removed after this long without replicas.
+    idle_timeout_s: int = Field(ge=0)
+
+    def schedulable_memory_gib(self) -> float:
+        return self.memory_gib - self.object_store_gib - self.system_reserved_gib
+
+
+class ServeOverrides(_Strict):
+    """What production changes in serve_config.yaml (README, Deploy to Kubernetes)."""
+
+    proxy_location: str = Field(pattern=r"^(EveryNode|HeadOnly|Disabled)$")
+    http_host: str
+    log_encoding: str = Field(pattern=r"^(TEXT|JSON)$")
+    ensemble_args: dict[str, Any] = Field(default_factory=dict)
+    router_args: dict[str, Any] = Field(default_factory=dict)
+
+
+class LoadTestProfile(_Strict):
+    """The in-cluster locust Job (k8s/loadtest-job.yaml)."""
+
+    users: int = Field(ge=1)
+    spawn_rate: float = Field(gt=0)
+    run_time: str = Field(pattern=r"^[0-9]+[smh]$")
+    user_rps: float = Field(gt=0)
+    players: int = Field(ge=1)
+    route_prefix: str = Field(pattern=r"^/[a-z0-9/_-]*$")
+    api_key_secret: str = Field(pattern=DNS_1123_LABEL)
+
+
+class ProductionProfile(_Strict):
+    name: str = Field(max_length=MAX_RAYSERVICE_NAME, pattern=DNS_1035_LABEL)
+    namespace: str = Field(max_length=63, pattern=DNS_1123_LABEL)
+    image: ImageProfile
+    aws: AwsProfile
+    dynamodb: DynamoDbProfile
+    service_account: str = Field(pattern=DNS_1123_LABEL)
+    api_key_secret: str = Field(pattern=DNS_1123_LABEL)
+    head: HeadProfile
+    workers: WorkerGroupProfile
+    # Capacity the worker group must have beyond what every deployment at max_replicas
+    # reserves: Ray's own per-node processes, bin-packing loss, a node being replaced.
+    headroom: float = Field(ge=1.0, le=4.0)
+    serve: ServeOverrides
+    loadtest: LoadTestProfile
+
+    @field_validator("workers")
+    @classmethod
+    def _bounds(cls, value: WorkerGroupProfile) -> WorkerGroupProfile:
+        if value.min_replicas > value.max_replicas:
+            raise ValueError("workers.min_replicas exceeds workers.max_replicas")
+        if value.schedulable_memory_gib() <= 0:
+            raise ValueError(
+                "workers.memory_gib leaves nothing for replicas after the object store and "
+                "Ray's own processes"
+            )
+        return value
+
+    def table_arn(self) -> str:
+        return (
+            f"arn:aws:dynamodb:{self.aws.region}:{self.aws.account_id}:table/{self.dynamodb.table}"
+        )
+
+
+def load_profile(path: Path) -> ProductionProfile:
+    return ProductionProfile.model_validate(yaml.safe_load(path.read_text()))
+
+
+def k8s_quantity_gib(gib: float) -> str:
+    """A memory quantity Kubernetes reads exactly: whole Gi, else whole Mi."""
+    mib = gib * 1024
+    if not float(mib).is_integer():
+        raise ValueError(f"{gib} GiB is not a whole number of MiB")
+    return f"{int(gib)}Gi" if float(gib).is_integer() else f"{int(mib)}Mi"
+
+
+def k8s_quantity_cpu(cores: float) -> str:
+    millis = cores * 1000
+    if not float(millis).is_integer():
+        raise ValueError(f"{cores} cores is not a whole number of millicores")
+    return str(int(cores)) if float(cores).is_integer() else f"{int(millis)}m"
+
+
+def is_dns_label(name: str) -> bool:
+    return re.fullmatch(DNS_1123_LABEL, name) is not None and len(name) <= 63

@@ -1,0 +1,215 @@
+"""The RayService (ray.io/v1): the production Serve config on an autoscaled Ray cluster.
+
+Shape, and why:
+- the head runs GCS, the dashboard (its REST API is what `serve deploy`/`serve status` and
+  KubeRay use), the Serve controller and the autoscaler, and no replicas (`num-cpus: 0`), so
+  a busy replica never starves the control plane;
+- one CPU worker group holds every replica; the Ray autoscaler adds and removes its pods
+  as Serve's replica autoscaling asks for more or fewer (enableInTreeAutoscaling);
+- every Ray container gets Serve's process settings (app.config.ray_env): the controller on
+  the head, HAProxy on every node and the replicas all read them at start;
+- `upgradeStrategy: NewCluster`: a change to the cluster (image, pods) starts a new
+  cluster, moves the Serve service over once its applications are healthy, then deletes
+  the old one. A change to serveConfigV2 alone (canary weights, knobs, a new version) is
+  applied in place, with no new cluster;
+- probes are left to KubeRay, which injects Ray's own health checks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.k8s.profile import ProductionProfile, k8s_quantity_cpu, k8s_quantity_gib
+
+SERVE_PORT = 8000
+METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
+HAPROXY_METRICS_PORT = 9101  # Serve's HAProxy exporter (RAY_SERVE_HAPROXY_METRICS_PORT)
+DASHBOARD_PORT = 8265
+API_KEY_MOUNT = "/etc/dynamic-offers/api-key"
+API_KEY_FILE_KEY = "sha256"
+# The official Ray image runs as `ray` (uid 1000, group users 100); the Dockerfile keeps it.
+RAY_UID = 1000
+RAY_GID = 100
+UPGRADE_STRATEGY = "NewCluster"
+
+
+def image_tag(project_version: str, ray_version: str, python: str) -> str:
+    return f"{project_version}-ray{ray_version}-py{python.replace('.', '')}"
+
+
+def rayservice(
+    profile: ProductionProfile, serve_config_v2: str, *, image: str, ray_version: str
+) -> dict[str, Any]:
+    workers = profile.workers
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayService",
+        "metadata": {
+            "name": profile.name,
+            "namespace": profile.namespace,
+            "labels": _labels(profile, "rayservice"),
+        },
+        "spec": {
+            "upgradeStrategy": {"type": UPGRADE_STRATEGY},
+            # The head runs no replicas, so it never answers logins.
+            "excludeHeadPodFromServeSvc": True,
+            "serveService": _serve_service(profile),
+            "serveConfigV2": serve_config_v2,
+            "rayClusterConfig": {
+                "rayVersion": ray_version,
+                # Ray's token auth on the dashboard, GCS and every control-plane call: KubeRay
+                # creates the token Secret and sets RAY_AUTH_MODE/RAY_AUTH_TOKEN on every Ray
+                # container (Ray >= 2.52). Without it, anyone who reaches a pod's dashboard
+                # port could deploy code. `serve status` inside the head pod has the token.
+                "authOptions": {"mode": "token"},
+                "enableInTreeAutoscaling": True,
+                "autoscalerOptions": {
+                    "upscalingMode": "Default",
+                    "idleTimeoutSeconds": workers.idle_timeout_s,
+                    "resources": {
+                        "requests": {"cpu": "500m", "memory": "512Mi"},
+                        "limits": {"cpu": "500m", "memory": "512Mi"},
+                    },
+                },
+                "headGroupSpec": {
+                    "rayStartParams": {
+                        "num-cpus": "0",
+                        "dashboard-host": "0.0.0.0",
+                        "metrics-export-port": str(METRICS_PORT),
+                    },
+                    "template": _pod(
+                        profile,
+                        image=image,
+                        role="ray-head",
+                        cpu=profile.head.cpu,
+                        memory_gib=profile.head.memory_gib,
+                        shm_gib=None,
+                        ports=[
+                            ("gcs-server", 6379),
+                            ("dashboard", DASHBOARD_PORT),
+                            ("client", 10001),
+                            ("serve", SERVE_PORT),
+                            ("metrics", METRICS_PORT),
+                            ("haproxy-metrics", HAPROXY_METRICS_PORT),
+                        ],
+                    ),
+                },
+                "workerGroupSpecs": [
+                    {
+                        "groupName": workers.name,
+                        "replicas": workers.min_replicas,
+                        "minReplicas": workers.min_replicas,
+                        "maxReplicas": workers.max_replicas,
+                        "rayStartParams": {
+                            "metrics-export-port": str(METRICS_PORT),
+                            # Exactly what app.k8s.sizing checked the deployments against.
+                            "memory": str(int(workers.schedulable_memory_gib() * 2**30)),
+                            "object-store-memory": str(int(workers.object_store_gib * 2**30)),
+                        },
+                        "template": _pod(
+                            profile,
+                            image=image,
+                            role="ray-worker",
+                            cpu=workers.cpu,
+                            memory_gib=workers.memory_gib,
+                            shm_gib=workers.object_store_gib,
+                            ports=[
+                                ("serve", SERVE_PORT),
+                                ("metrics", METRICS_PORT),
+                                ("haproxy-metrics", HAPROXY_METRICS_PORT),
+                            ],
+                        ),
+                    }
+                ],
+            },
+        },
+    }
+
+
+def _labels(profile: ProductionProfile, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "dynamic-offers",
+        "app.kubernetes.io/instance": profile.name,
+        "app.kubernetes.io/component": component,
+    }
+
+
+def _serve_service(profile: ProductionProfile) -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"{profile.name}-serve", "labels": _labels(profile, "serve")},
+        "spec": {
+            "type": "ClusterIP",
+            "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT}],
+        },
+    }
+
+
+def _pod(
+    profile: ProductionProfile,
+    *,
+    image: str,
+    role: str,
+    cpu: float,
+    memory_gib: float,
+    shm_gib: float | None,
+    ports: list[tuple[str, int]],
+) -> dict[str, Any]:
+    resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
+    mounts: list[dict[str, Any]] = [
+        {"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {
+            "name": "api-key",
+            "secret": {
+                "secretName": profile.api_key_secret,
+                "items": [{"key": API_KEY_FILE_KEY, "path": API_KEY_FILE_KEY}],
+            },
+        }
+    ]
+    if shm_gib is not None:
+        # The object store lives in /dev/shm; the container default (64 MiB) is too small.
+        mounts.append({"name": "shared-mem", "mountPath": "/dev/shm"})
+        volumes.append(
+            {
+                "name": "shared-mem",
+                "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib)},
+            }
+        )
+    env = [{"name": k, "value": v} for k, v in SERVE_PROCESS_ENV.items()]
+    env.append(
+        {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
+    )
+    return {
+        "metadata": {"labels": _labels(profile, role)},
+        "spec": {
+            # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the
+            # role's web identity; boto3's default chain picks it up.
+            "serviceAccountName": profile.service_account,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": RAY_UID,
+                "runAsGroup": RAY_GID,
+                "fsGroup": RAY_GID,
+            },
+            "containers": [
+                {
+                    "name": role,
+                    "image": image,
+                    "imagePullPolicy": profile.image.pull_policy,
+                    # Requests equal limits: Ray sizes itself from the limits, and the pod is
+                    # never throttled below what Ray believes it has.
+                    "resources": {"requests": dict(resources), "limits": dict(resources)},
+                    "ports": [{"name": n, "containerPort": p} for n, p in ports],
+                    "env": env,
+                    "volumeMounts": mounts,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+            "volumes": volumes,
+        },
+    }

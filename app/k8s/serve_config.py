@@ -1,0 +1,92 @@
+"""The production Serve config (the RayService's serveConfigV2) from serve_config.yaml.
+
+The applications stay the local config's, in the same order, with only these overrides
+(the profile's `serve` section; README, Deploy to Kubernetes):
+
+- `proxy_location` and `http_options.host`: Serve's HAProxy on every node, listening on the
+  pod's interfaces, so the Serve service (and HAProxy on one node reaching replicas on
+  another) works across pods;
+- `logging_config.encoding` (JSON, for the cluster's log shipper);
+- every ensemble application's `runtime_env.env_vars`: the local DynamoDB endpoint (dynalite)
+  and its static credentials are dropped (credentials come from IRSA), the table and region
+  are the profile's;
+- every ensemble application's `args` deep-merged with `serve.ensemble_args` (the
+  production member layout and sizing), every router's with `serve.router_args`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from app.config.app_args import EnsembleAppArgs
+from app.config.knobs import deep_merge
+from app.config.router_args import RouterAppArgs
+from app.k8s.profile import ProductionProfile
+from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
+
+# Only meaningful against a local dynalite: never shipped to a cluster.
+LOCAL_ONLY_ENV = frozenset(
+    {"OFFERS_DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+)
+
+
+class ProductionConfigError(ValueError):
+    """The local config cannot be turned into a production one as the profile asks."""
+
+
+def production_serve_config(local: dict[str, Any], profile: ProductionProfile) -> dict[str, Any]:
+    """serveConfigV2 as a document: the local config with the production overrides."""
+    config = copy.deepcopy(local)
+    overrides = profile.serve
+    config["proxy_location"] = overrides.proxy_location
+    config["http_options"] = {**config.get("http_options", {}), "host": overrides.http_host}
+    config["logging_config"] = {
+        **config.get("logging_config", {}),
+        "encoding": overrides.log_encoding,
+    }
+    apps = config.get("applications") or []
+    if not apps:
+        raise ProductionConfigError("the local config has no applications")
+    for app in apps:
+        kind = app.get("import_path")
+        if kind == BUILDER_IMPORT_PATH:
+            app["args"] = _validated_ensemble_args(app, overrides.ensemble_args)
+            app["runtime_env"] = _production_runtime_env(app.get("runtime_env") or {}, profile)
+        elif kind == ROUTER_IMPORT_PATH:
+            merged = deep_merge(app.get("args") or {}, overrides.router_args)
+            _validate(RouterAppArgs, app["name"], merged)
+            app["args"] = merged
+        else:
+            raise ProductionConfigError(
+                f"{app.get('name')}: import_path {kind!r} is neither the ensemble builder nor "
+                "the router; the generator does not know its production overrides"
+            )
+    return config
+
+
+def _validated_ensemble_args(app: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    merged = deep_merge(app.get("args") or {}, overrides)
+    args = _validate(EnsembleAppArgs, app["name"], merged)
+    if args.artifacts_root is not None:
+        raise ProductionConfigError(
+            f"{app['name']}: args.artifacts_root points into this checkout; the image bakes "
+            "artifacts at OFFERS_ARTIFACTS_ROOT instead"
+        )
+    return merged
+
+
+def _validate(model: Any, name: str, args: dict[str, Any]) -> Any:
+    try:
+        return model.model_validate(args)
+    except ValueError as exc:
+        raise ProductionConfigError(f"{name}: args with the production overrides: {exc}") from exc
+
+
+def _production_runtime_env(
+    runtime_env: dict[str, Any], profile: ProductionProfile
+) -> dict[str, Any]:
+    env = {k: v for k, v in (runtime_env.get("env_vars") or {}).items() if k not in LOCAL_ONLY_ENV}
+    env["OFFERS_DYNAMODB_TABLE"] = profile.dynamodb.table
+    env["OFFERS_AWS_REGION"] = profile.aws.region
+    return {**runtime_env, "env_vars": env}

@@ -1,0 +1,139 @@
+"""The RayService against KubeRay's v1 CRD schema, and the operator's rules the schema
+cannot express (its CEL rules and Go validation: ray-operator/controllers/ray/utils/
+validation.go), checked by hand."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+
+def strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused, as `kubectl apply --validate=strict` does.
+
+    The API server prunes fields a structural schema does not declare, silently: a misspelt
+    `enableInTreeAutoScaling` would be dropped and autoscaling left off. So every object
+    schema that lists its properties and does not preserve unknown fields gets
+    `additionalProperties: false`.
+    """
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_validator(crd_dir, kind_file: str) -> jsonschema.Draft7Validator:
+    crd = yaml.safe_load((crd_dir / kind_file).read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    assert v1["served"] and v1["storage"]
+    return jsonschema.Draft7Validator(strict(v1["schema"]["openAPIV3Schema"]))
+
+
+@pytest.fixture(scope="module")
+def validator(kuberay_crd_dir):
+    return crd_validator(kuberay_crd_dir, "ray.io_rayservices.yaml")
+
+
+def errors(validator, document) -> list[str]:
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
+
+
+def test_the_rayservice_matches_the_kuberay_v1_crd(validator, rayservice):
+    assert rayservice["apiVersion"] == "ray.io/v1"
+    assert errors(validator, rayservice) == []
+
+
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        (("spec", "rayClusterConfig", "enableInTreeAutoScaling"), True, "Additional properties"),
+        (("spec", "rayClusterConfig", "workerGroupSpecs", 0, "maxReplicas"), "14", "not of type"),
+        (("spec", "serveConfigV2"), {"applications": []}, "not of type 'string'"),
+        (
+            (
+                "spec",
+                "rayClusterConfig",
+                "headGroupSpec",
+                "template",
+                "spec",
+                "containers",
+                0,
+                "imagePullPolicy",
+            ),
+            3,
+            "not of type",
+        ),
+    ],
+)
+def test_the_schema_check_catches_typos_and_wrong_types(
+    validator, rayservice, path, value, expected
+):
+    broken = copy.deepcopy(rayservice)
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    found = errors(validator, broken)
+    assert found and any(expected in e for e in found), found
+
+
+def test_the_operator_rules_the_schema_does_not_express(rayservice):
+    spec = rayservice["spec"]
+    cluster = spec["rayClusterConfig"]
+    name = rayservice["metadata"]["name"]
+    # ValidateRayServiceMetadata: DNS-1035 label, room for KubeRay's cluster-name suffix.
+    assert len(name) <= 47 and re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name)
+    assert spec["upgradeStrategy"]["type"] in {
+        "NewCluster",
+        "NewClusterWithIncrementalUpgrade",
+        "None",
+    }
+    assert "name" not in cluster["headGroupSpec"].get("headService", {}).get("metadata", {})
+    # CEL: managedBy, if set, names the operator or MultiKueue.
+    assert spec.get("managedBy", "ray.io/kuberay-operator") in {
+        "ray.io/kuberay-operator",
+        "kueue.x-k8s.io/multikueue",
+    }
+    groups = [("head", cluster["headGroupSpec"])] + [
+        (g["groupName"], g) for g in cluster["workerGroupSpecs"]
+    ]
+    assert len({n for n, _ in groups}) == len(groups), "group names must be unique"
+    for group_name, group in groups:
+        params = group.get("rayStartParams", {})
+        pod = group["template"]["spec"]
+        assert pod["containers"], group_name
+        # rayStartParams resources and the group's `resources` field are exclusive.
+        if {"num-cpus", "num-gpus", "memory", "resources"} & set(params):
+            assert not group.get("resources"), group_name
+        assert "labels" not in params, group_name  # the top-level `labels` field instead
+        assert all(isinstance(v, str) for v in params.values()), group_name
+        env = {e["name"] for e in pod["containers"][0].get("env", [])}
+        assert not env & {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "REDIS_USERNAME"}, group_name
+        # Probes are KubeRay's: it injects Ray's own health checks.
+        for container in pod["containers"]:
+            assert "livenessProbe" not in container and "readinessProbe" not in container
+    assert cluster["enableInTreeAutoscaling"] is True
+    # Token auth needs rayVersion set and at least 2.52.0.
+    assert cluster["authOptions"]["mode"] == "token"
+    assert tuple(int(p) for p in cluster["rayVersion"].split(".")) >= (2, 52, 0)
+    for group in cluster["workerGroupSpecs"]:
+        assert not group.get("suspend"), "suspended worker groups are refused with autoscaling"
+        assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]

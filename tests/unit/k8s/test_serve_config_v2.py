@@ -1,0 +1,112 @@
+"""serveConfigV2 is a Serve deploy config, and it is serve_config.yaml with only the
+documented production overrides."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from ray.serve.schema import ServeDeploySchema
+
+from app.config.app_args import EnsembleAppArgs
+from app.config.knobs import deep_merge
+from app.config.router_args import RouterAppArgs
+from app.k8s.profile import ProductionProfile
+from app.k8s.render import DEFAULT_CONFIG
+from app.k8s.serve_config import ProductionConfigError, production_serve_config
+from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
+
+pytestmark = pytest.mark.unit
+
+LOCAL = yaml.safe_load(DEFAULT_CONFIG.read_text())
+
+
+def test_serve_config_v2_is_a_serve_deploy_config(serve_config_v2):
+    schema = ServeDeploySchema.model_validate(serve_config_v2)
+    assert [a.name for a in schema.applications] == [a["name"] for a in LOCAL["applications"]]
+    assert schema.proxy_location == "EveryNode"
+    assert schema.http_options.host == "0.0.0.0" and schema.http_options.port == 8000
+
+
+def test_applications_are_the_local_ones_with_only_the_documented_overrides(
+    serve_config_v2, profile: ProductionProfile
+):
+    local_apps = LOCAL["applications"]
+    assert len(serve_config_v2["applications"]) == len(local_apps)
+    for local, prod in zip(local_apps, serve_config_v2["applications"], strict=True):
+        for key in ("name", "route_prefix", "import_path", "deployments"):
+            assert prod.get(key) == local.get(key), (local["name"], key)
+        if local["import_path"] == BUILDER_IMPORT_PATH:
+            assert prod["args"] == deep_merge(local["args"], profile.serve.ensemble_args)
+            local_env = local["runtime_env"]["env_vars"]
+            assert prod["runtime_env"]["env_vars"] == {
+                **{
+                    k: v
+                    for k, v in local_env.items()
+                    if not k.startswith("AWS_") and k != "OFFERS_DYNAMODB_ENDPOINT_URL"
+                },
+                "OFFERS_DYNAMODB_TABLE": profile.dynamodb.table,
+                "OFFERS_AWS_REGION": profile.aws.region,
+            }
+        else:
+            assert local["import_path"] == ROUTER_IMPORT_PATH
+            assert prod["args"] == deep_merge(local["args"], profile.serve.router_args)
+            assert prod.get("runtime_env") == local.get("runtime_env")
+    top = {k: v for k, v in serve_config_v2.items() if k != "applications"}
+    expected = {k: v for k, v in LOCAL.items() if k != "applications"}
+    expected["proxy_location"] = profile.serve.proxy_location
+    expected["http_options"] = {**LOCAL["http_options"], "host": profile.serve.http_host}
+    expected["logging_config"] = {**LOCAL["logging_config"], "encoding": profile.serve.log_encoding}
+    assert top == expected
+
+
+def test_production_runs_the_member_per_deployment_layout_against_real_dynamodb(
+    serve_config_v2, rayservice
+):
+    for app in serve_config_v2["applications"]:
+        if app["import_path"] == BUILDER_IMPORT_PATH:
+            args = EnsembleAppArgs.model_validate(app["args"])
+            assert args.layout.groups is None  # one deployment per member, each autoscaled
+            assert args.supervisor.autoscaling.min_replicas >= 2
+            assert args.supervisor.max_replicas_per_node == 1
+            assert args.members.autoscaling.max_replicas > args.members.autoscaling.min_replicas
+            assert args.artifacts_root is None  # the image's OFFERS_ARTIFACTS_ROOT
+        else:
+            assert RouterAppArgs.model_validate(app["args"]).router.autoscaling.min_replicas >= 2
+    text = rayservice["spec"]["serveConfigV2"]
+    for local_only in (
+        "OFFERS_DYNAMODB_ENDPOINT_URL",
+        "127.0.0.1",
+        "4567",
+        "AWS_SECRET_ACCESS_KEY",
+    ):
+        assert local_only not in text
+
+
+def test_the_benchmarks_throughput_settings_reach_every_ray_container(rayservice):
+    from app.config.ray_env import SERVE_PROCESS_ENV
+
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    for group in pods:
+        env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert SERVE_PROCESS_ENV.items() <= env.items()
+
+
+def test_an_override_that_breaks_the_args_is_refused_with_the_application(profile):
+    bad = profile.model_copy(
+        update={
+            "serve": profile.serve.model_copy(update={"ensemble_args": {"layout": {"groups": 0}}})
+        }
+    )
+    with pytest.raises(ProductionConfigError, match="galaxy-raiders-2026-11: args"):
+        production_serve_config(LOCAL, bad)
+
+
+def test_an_unknown_application_kind_or_a_checkout_path_is_refused(profile):
+    foreign = {**LOCAL, "applications": [{"name": "x", "import_path": "other:app"}]}
+    with pytest.raises(ProductionConfigError, match="neither the ensemble builder"):
+        production_serve_config(foreign, profile)
+    app = dict(LOCAL["applications"][0])
+    app["args"] = {**app["args"], "artifacts_root": "/home/me/models"}
+    with pytest.raises(ProductionConfigError, match="artifacts_root"):
+        production_serve_config({**LOCAL, "applications": [app]}, profile)
