@@ -1,11 +1,12 @@
 """`python -m app.k8s` (`make k8s`): render k8s/ from serve_config.yaml and k8s/profile.yaml.
 
     python -m app.k8s [--config serve_config.yaml] [--profile k8s/profile.yaml] [--out k8s]
-                      [--check]
+                      [--check | --print-image]
 
 `--check` writes nothing and exits 1 when the files under --out are not what rendering gives
-(stale, missing or left over), naming them. Another environment is another profile and
-another --out.
+(stale, missing or left over), naming them. `--print-image` prints only the image the
+manifests run (repository:tag), for `docker build -t`. Another environment is another
+profile and another --out.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--profile", type=Path, default=None, help="default: <out>/profile.yaml")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--check", action="store_true", help="compare, write nothing")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="compare, write nothing")
+    mode.add_argument("--print-image", action="store_true", help="print the image, write nothing")
     args = parser.parse_args(argv)
     profile = args.profile or args.out / PROFILE_FILE
     try:
@@ -30,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # pydantic's ValidationError, ProductionConfigError, SizingError
         print(f"cannot render {args.out}: {exc}", file=sys.stderr)
         return 2
+    if args.print_image:
+        print(rendered.image)
+        return 0
     d = rendered.demand
     summary = (
         f"deployments reserve {d.cpus_at_min:g}-{d.cpus_at_max:g} CPUs and "

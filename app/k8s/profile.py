@@ -27,8 +27,9 @@ class _Strict(BaseModel):
 
 
 class ImageProfile(_Strict):
-    # The tag is not set here: it is <project version>-ray<ray version>-py<python>, from the
-    # pins, so the image and the cluster's rayVersion cannot drift apart.
+    # The tag is not set here: it is derived from the pins and the served versions
+    # (app.k8s.rayservice.image_tag), so the image and the cluster's rayVersion cannot
+    # drift apart, and new artifacts are a new tag.
     repository: str = Field(pattern=r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$")
     pull_policy: str = Field(default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
 

@@ -34,8 +34,10 @@ RAY_GID = 100
 UPGRADE_STRATEGY = "NewCluster"
 
 
-def image_tag(project_version: str, ray_version: str, python: str) -> str:
-    return f"{project_version}-ray{ray_version}-py{python.replace('.', '')}"
+def image_tag(project_version: str, models: str, ray_version: str, python: str) -> str:
+    """<project version>-models.<fingerprint>-ray<Ray>-py<Python>: a new ensemble version (new
+    baked artifacts) is a new tag, and the tag names the Ray and Python it runs."""
+    return f"{project_version}-models.{models}-ray{ray_version}-py{python.replace('.', '')}"
 
 
 def rayservice(

@@ -9,6 +9,7 @@ application's typed args) and the worker group is checked against it (app.k8s.si
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import tomllib
@@ -25,6 +26,7 @@ from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
 from app.local.dynalite import PROJECT_ROOT
 from app.local.serve_config import BUILDER_IMPORT_PATH
+from models import recipes
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 DEFAULT_OUT = PROJECT_ROOT / "k8s"
@@ -109,18 +111,18 @@ def render(
     serve_deploy_check(production)
     demand = check_worker_group(demands(production), profile.workers, profile.headroom)
 
-    sources = f"{_name(config_path)} and {_name(profile_path)}"
-    header = HEADER.format(sources=sources)
-    tag = image_tag(pins.project_version, pins.ray_version, pins.python)
-    image = f"{profile.image.repository}:{tag}"
-    serve_config_v2 = to_yaml(
-        production, f"{_name(config_path)} with the production overrides of {_name(profile_path)}"
-    )
     served = [
         (a["args"].get("profile", "standard"), a["args"]["game"], str(a["args"]["version"]))
         for a in production["applications"]
         if a["import_path"] == BUILDER_IMPORT_PATH
     ]
+    sources = f"{_name(config_path)} and {_name(profile_path)}"
+    header = HEADER.format(sources=sources)
+    tag = image_tag(pins.project_version, models_fingerprint(served), pins.ray_version, pins.python)
+    image = f"{profile.image.repository}:{tag}"
+    serve_config_v2 = to_yaml(
+        production, f"{_name(config_path)} with the production overrides of {_name(profile_path)}"
+    )
     dashboard = json.loads(dashboard_path.read_text())
     service_resources = {
         "namespace.yaml": objects.namespace(profile),
@@ -168,6 +170,15 @@ def render(
         + "".join(f"/{path}\n" for path in LOCAL_SECRET_FILES)
     )
     return Rendered(files=files, demand=demand, image=image)
+
+
+def models_fingerprint(served: list[tuple[str, str, str]]) -> str:
+    """8 hex of the training configs of every served (profile, game, version): what decides
+    the baked artifacts (models.recipes.training_config_hash), known without training."""
+    configs = sorted(
+        f"{p}/{g}/{v}:{recipes.training_config_hash(g, v, p)}" for p, g, v in set(served)
+    )
+    return hashlib.sha256("\n".join(configs).encode()).hexdigest()[:8]
 
 
 def _name(path: Path) -> str:

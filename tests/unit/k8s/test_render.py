@@ -43,6 +43,18 @@ def test_check_names_edited_missing_and_left_over_files(tmp_path):
     assert "api-key.sha256" not in stale.stderr
 
 
+def test_print_image_prints_only_the_image_the_manifests_run(rendered):
+    result = subprocess.run(
+        [sys.executable, "-m", "app.k8s", "--print-image"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout == rendered.image + "\n"
+    assert f"image: {rendered.image}\n" in rendered.files["rayservice.yaml"]
+
+
 def test_a_profile_error_stops_rendering_with_the_reason(tmp_path):
     profile = tmp_path / PROFILE_FILE
     text = (DEFAULT_OUT / PROFILE_FILE).read_text()
@@ -57,3 +69,22 @@ def test_a_profile_error_stops_rendering_with_the_reason(tmp_path):
     assert result.returncode == 2
     assert "name" in result.stderr and "pattern" in result.stderr
     assert not out.exists()  # nothing half-written
+
+
+def test_serving_another_set_of_versions_is_another_image_tag(rendered, tmp_path):
+    import yaml
+
+    config = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
+    apps = config["applications"]
+    stable_only = [a for a in apps if a["name"] != "galaxy-raiders-2026-11"]
+    for app in stable_only:
+        if "versions" in app.get("args", {}):
+            app["args"]["versions"] = [
+                v for v in app["args"]["versions"] if v["version"] != "2026-11"
+            ]
+    path = tmp_path / "serve_config.yaml"
+    path.write_text(yaml.safe_dump({**config, "applications": stable_only}))
+    other = render(path, DEFAULT_OUT / PROFILE_FILE)
+    assert other.image != rendered.image
+    assert other.image.split("-models.")[0] == rendered.image.split("-models.")[0]
+    assert "2026-11" not in other.files["Dockerfile"] and "2026-10" in other.files["Dockerfile"]
