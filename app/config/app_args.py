@@ -8,7 +8,7 @@ a misspelt key fails the deploy instead of being silently ignored.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -22,10 +22,39 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Serve's policy that scales on a deployment's replicas' own utilization
+# (app.serving.autoscaling, app.core.load_meter) instead of on ongoing requests.
+UTILIZATION_POLICY = "app.serving.autoscaling:UtilizationPolicy"
+
+
 class AutoscalingArgs(_Strict):
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=2, ge=1)
+    # What the replica count follows. `utilization`: the work the replicas report (share of
+    # time a member spends scoring; logins a supervisor holds over its admission bound), which
+    # keeps tracking load when the supervisor coalesces logins into a few fan-outs.
+    # `ongoing_requests`: Serve's default, requests per replica against
+    # target_ongoing_requests (right for the router, which does not coalesce).
+    signal: Literal["utilization", "ongoing_requests"] = "ongoing_requests"
+    target_utilization: float = Field(default=0.6, gt=0, le=1)
     target_ongoing_requests: float = Field(default=4.0, gt=0)
+    # How long a decision must hold before replicas are added or removed (Serve's own
+    # options; its defaults, 30 s and 600 s, are slower than a login spike).
+    upscale_delay_s: float = Field(default=10.0, ge=0)
+    downscale_delay_s: float = Field(default=120.0, ge=0)
+    # How often replicas report, and the window Serve averages their reports over.
+    metrics_interval_s: float = Field(default=5.0, gt=0)
+    look_back_period_s: float = Field(default=15.0, gt=0)
+
+    def to_serve(self) -> dict[str, Any]:
+        """Serve's autoscaling_config for these args."""
+        config = self.model_dump(exclude={"signal", "target_utilization"})
+        if self.signal == "utilization":
+            config["policy"] = {
+                "policy_function": UTILIZATION_POLICY,
+                "policy_kwargs": {"target_utilization": self.target_utilization},
+            }
+        return config
 
     @model_validator(mode="after")
     def _ordered(self) -> Self:
@@ -67,7 +96,7 @@ class DeploymentArgs(_Strict):
             },
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_queued_requests,
-            "autoscaling_config": self.autoscaling.model_dump(),
+            "autoscaling_config": self.autoscaling.to_serve(),
             **(
                 {"max_replicas_per_node": self.max_replicas_per_node}
                 if self.max_replicas_per_node is not None
@@ -77,13 +106,15 @@ class DeploymentArgs(_Strict):
 
 
 # The supervisor only does I/O and aggregation: light, with many requests per replica.
+# Both scale on utilization: the supervisor on the logins it holds, members on the time
+# they spend scoring.
 SUPERVISOR_DEFAULTS = DeploymentArgs(
     num_cpus=0.2,
     max_ongoing_requests=256,
     max_queued_requests=128,
-    autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
+    autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, signal="utilization"),
 )
-MEMBER_DEFAULTS = DeploymentArgs()
+MEMBER_DEFAULTS = DeploymentArgs(autoscaling=AutoscalingArgs(signal="utilization"))
 
 
 class MemberLayout(_Strict):

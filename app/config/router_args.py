@@ -50,6 +50,10 @@ class RouterAppArgs(_Strict):
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
+        if self.router.autoscaling.signal != "ongoing_requests":
+            # The router reports no utilization; it does not coalesce either, so requests in
+            # flight per replica is its load.
+            raise ValueError("router.autoscaling.signal must be ongoing_requests")
         names = [v.version for v in self.versions]
         if len(set(names)) != len(names):
             raise ValueError(f"versions listed twice: {names}")

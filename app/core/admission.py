@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.core.load_meter import LoadMeter
+
 # A front proxy's arrival stamp this far in the past (or future) is clock skew or a bad
 # header, not queueing; it is ignored rather than trusted.
 MAX_EDGE_WAIT_S = 60.0
@@ -19,13 +21,15 @@ MAX_EDGE_WAIT_S = 60.0
 class AdmissionGate:
     """A bound on the logins in flight in one replica (one event loop: no lock needed)."""
 
-    def __init__(self, max_in_flight: int) -> None:
+    def __init__(self, max_in_flight: int, load: LoadMeter | None = None) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.max_in_flight = max_in_flight
         self.in_flight = 0
         self.admitted = 0
         self.refused = 0
+        # The replica's load signal (autoscaling): logins held, over the bound.
+        self._load = load
 
     def try_enter(self) -> bool:
         if self.in_flight >= self.max_in_flight:
@@ -33,12 +37,16 @@ class AdmissionGate:
             return False
         self.in_flight += 1
         self.admitted += 1
+        if self._load is not None:
+            self._load.enter()
         return True
 
     def leave(self) -> None:
         if self.in_flight <= 0:
             raise RuntimeError("AdmissionGate.leave() without a matching try_enter()")
         self.in_flight -= 1
+        if self._load is not None:
+            self._load.exit()
 
 
 @dataclass(frozen=True)

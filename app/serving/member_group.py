@@ -22,6 +22,8 @@ from app.config.app_args import MemberGroupConfig
 from app.config.knobs import explain
 from app.contract.manifest import MemberEntry
 from app.core.fanout import MemberRef
+from app.core.load_meter import LoadMeter
+from app.serving.autoscaling import UTILIZATION_METRIC
 from app.serving.logs import route_service_logs_to_serve
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,9 @@ class MemberGroupDeployment:
         self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
         self._delay_s = 0.0
         self._fault_counts: Counter[str] = Counter()
+        # Share of time spent scoring (one batch at a time): what this deployment
+        # autoscales on, whatever the number of calls that carried the rows.
+        self._load = LoadMeter(1.0)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Batching and fault injection, live. A config that does not validate is logged and
@@ -81,7 +86,15 @@ class MemberGroupDeployment:
     async def _score_batch(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
         # Off the replica's event loop: it keeps answering health checks and cancellations
         # while the batch is scored.
-        return await self._group.score_many_async(matrices)
+        self._load.enter()
+        try:
+            return await self._group.score_many_async(matrices)
+        finally:
+            self._load.exit()
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metrics (app.serving.autoscaling)."""
+        return {UTILIZATION_METRIC: self._load.utilization()}
 
     def __del__(self) -> None:
         # Serve calls this on graceful shutdown (the garbage collector may call it again).

@@ -21,7 +21,9 @@ from app.contract.manifest import load_manifest
 from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import EnsembleScorer, Fanout
+from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
+from app.serving.autoscaling import UTILIZATION_METRIC
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.member_group import HandleGroupClient
 from app.serving.telemetry import SupervisorTelemetry
@@ -95,7 +97,9 @@ class Supervisor:
                 max_in_flight=baseline.coalescing.max_in_flight,
                 max_hold_s=baseline.coalescing.max_hold_ms / 1000.0,
             )
-        self._admission = AdmissionGate(config.max_in_flight)
+        # Logins held over the admission bound: what this deployment autoscales on.
+        self._load = LoadMeter(config.max_in_flight)
+        self._admission = AdmissionGate(config.max_in_flight, load=self._load)
         self._retry_after_s = config.retry_after_s
         settings = get_settings()
         self._api_key_sha256 = settings.api_key_sha256
@@ -131,6 +135,10 @@ class Supervisor:
             logger.warning(
                 "members not warm after %.0fs: %s", config.warmup_timeout_s, warm.missing
             )
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metrics (app.serving.autoscaling)."""
+        return {UTILIZATION_METRIC: self._load.utilization()}
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live knobs (Serve's user_config), merged over the args' baseline.

@@ -55,7 +55,8 @@ def serve_app(tiny_version_dir, dynalite_server):
 
 
 def app_args(tiny_version_dir, **overrides):
-    """The integration application: tiny ensemble, one deployment (and replica) per member."""
+    """The integration application: tiny ensemble, one deployment (and replica) per member,
+    one supervisor replica: these tests judge answers, not scaling (test_autoscaling does)."""
     from app.config.app_args import EnsembleAppArgs
 
     one_replica = {"autoscaling": {"min_replicas": 1, "max_replicas": 1}}
@@ -66,6 +67,7 @@ def app_args(tiny_version_dir, **overrides):
             "profile": "tiny",
             "artifacts_root": tiny_version_dir.parents[2],
             "members": one_replica,
+            "supervisor": one_replica,
             **overrides,
         }
     )

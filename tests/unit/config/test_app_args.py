@@ -132,3 +132,34 @@ def test_memory_is_reserved_in_bytes_only_when_set():
         "memory": 512 * 2**20,
     }
     assert "memory" not in args.supervisor.to_options("supervisor")["ray_actor_options"]
+
+
+def test_supervisor_and_members_scale_on_utilization_through_our_policy():
+    from app.config.app_args import UTILIZATION_POLICY
+
+    args = EnsembleAppArgs.model_validate(
+        {**BASE, "members": {"autoscaling": {"max_replicas": 3, "target_utilization": 0.5}}}
+    )
+    members = args.members.to_options("member-x")["autoscaling_config"]
+    assert members["policy"] == {
+        "policy_function": UTILIZATION_POLICY,
+        "policy_kwargs": {"target_utilization": 0.5},
+    }
+    assert members["max_replicas"] == 3 and "signal" not in members
+    assert "policy" in args.supervisor.to_options("supervisor")["autoscaling_config"]
+    # Serve's own signal when asked: no policy, Serve's default on ongoing requests.
+    ongoing = EnsembleAppArgs.model_validate(
+        {**BASE, "members": {"autoscaling": {"signal": "ongoing_requests"}}}
+    )
+    assert "policy" not in ongoing.members.to_options("member-x")["autoscaling_config"]
+
+
+def test_the_router_cannot_scale_on_a_utilization_it_does_not_report():
+    from app.config.router_args import RouterAppArgs
+
+    router = {"game": "galaxy-raiders", "versions": [{"version": "2026-10", "weight": 1}]}
+    assert RouterAppArgs.model_validate(router).router.autoscaling.signal == "ongoing_requests"
+    with pytest.raises(ValidationError, match="ongoing_requests"):
+        RouterAppArgs.model_validate(
+            {**router, "router": {"autoscaling": {"signal": "utilization"}}}
+        )

@@ -1,0 +1,82 @@
+"""Member autoscaling on the utilization signal, in real Serve: a burst of logins (coalesced
+by the supervisor into one fan-out at a time, so Serve's ongoing-request count stays at 1
+per member replica) raises the member deployment above its minimum; it comes back down
+once the burst stops. Order is asserted, not timing: generous deadlines on a loaded host.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit
+
+import pytest
+
+from models.population import player_id
+from tests.integration.conftest import app_args, deploy, replica_actor_names
+from tests.integration.serving.test_reliability import offer, wait_until
+
+pytestmark = pytest.mark.integration
+
+APP = "autoscale-test"
+MEMBERS = "member-group-0"
+# Fast reports and short delays for a test; the target is low so that the tiny models'
+# few milliseconds of scoring per round are "load", and an idle replica is far below it.
+SCALING = {
+    "min_replicas": 1,
+    "max_replicas": 3,
+    "signal": "utilization",
+    "target_utilization": 0.05,
+    "upscale_delay_s": 1.0,
+    "downscale_delay_s": 5.0,
+    "metrics_interval_s": 0.5,
+    "look_back_period_s": 2.0,
+}
+
+
+def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_version_dir):
+    from ray import serve
+
+    args = app_args(
+        tiny_version_dir,
+        layout={"groups": 1},
+        members={"num_cpus": 0.05, "autoscaling": SCALING},
+        coalescing={"max_in_flight": 1},
+    )
+    deploy(args, name=APP, route_prefix=f"/{APP}")
+    base = serve_app.replace(urlsplit(serve_app).path, f"/{APP}")
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def client(i: int) -> None:
+        n = 0
+        while not stop.is_set():
+            statuses.append(offer(base, player_id(1 + (i * 97 + n) % 500)).status_code)
+            n += 1
+
+    try:
+        assert len(replica_actor_names(APP, MEMBERS)) == 1
+        with ThreadPoolExecutor(max_workers=12) as pool:
+            for i in range(12):
+                pool.submit(client, i)
+            try:
+                peak = wait_until(
+                    lambda: (n := len(replica_actor_names(APP, MEMBERS))) > 1 and n,
+                    90.0,
+                    "scaled above min_replicas under the burst",
+                )
+            finally:
+                stop.set()
+        assert peak <= SCALING["max_replicas"]
+        assert statuses and set(statuses) == {200}, sorted(set(statuses))
+        burst_end = time.monotonic()
+        # Idle: utilization falls to 0, and after downscale_delay_s the deployment is back at
+        # its minimum (replicas drain first).
+        wait_until(
+            lambda: len(replica_actor_names(APP, MEMBERS)) == 1, 120.0, "back to min_replicas"
+        )
+        assert time.monotonic() - burst_end >= SCALING["downscale_delay_s"] - 1.0
+    finally:
+        stop.set()
+        serve.delete(APP)
