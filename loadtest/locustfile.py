@@ -155,7 +155,8 @@ class GameServer(FastHttpUser):
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.offers_path = f"{options.route_prefix.rstrip('/')}/v1/offers"
-        api_key = os.environ.get(API_KEY_ENV)
+        # A key file written with `echo` ends in a newline, which is not part of the key.
+        api_key = os.environ.get(API_KEY_ENV, "").strip()
         self.headers = {**JSON_HEADERS, **({"X-API-Key": api_key} if api_key else {})}
         worker = max(getattr(self.environment.runner, "worker_index", 0), 0)
         seed = (TRAFFIC_SEED, worker, next(_user_numbers))

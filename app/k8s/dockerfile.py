@@ -33,6 +33,8 @@ def dockerfile(
         header.rstrip("\n"),
         f"FROM {base_image(ray_version, python)} AS service",
         "USER ray",
+        # Made by `ray` first: a builder that creates WORKDIR itself may make it root's.
+        f"RUN mkdir -p {WORKDIR}",
         f"WORKDIR {WORKDIR}",
         "COPY --chown=ray:users pyproject.toml constraints.txt README.md ./",
         "COPY --chown=ray:users app/ app/",
@@ -47,7 +49,7 @@ def dockerfile(
         "FROM service AS loadtest",
         "COPY --chown=ray:users loadtest/ loadtest/",
         "RUN pip install --no-cache-dir -c constraints.txt locust",
-        "USER ray",
+        "USER ray",  # inherited already; said again so each stage states who it runs as
         "",
     ]
     return "\n".join(lines)

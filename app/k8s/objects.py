@@ -22,6 +22,7 @@ from app.k8s.rayservice import RAY_GID, RAY_UID, SERVE_PORT
 DASHBOARD_FILE = "offers-dashboard.json"
 API_KEY_DIGEST_FILE = "api-key.sha256"
 LOADTEST_API_KEY_FILE = "loadtest-api-key"
+LOADTEST_API_KEY_KEY = "key"  # the load-test Secret's key holding the plain API key
 
 
 def namespace(profile: ProductionProfile) -> dict[str, Any]:
@@ -37,8 +38,9 @@ def service_account(profile: ProductionProfile) -> dict[str, Any]:
             "namespace": profile.namespace,
             "annotations": {"eks.amazonaws.com/role-arn": profile.aws.serve_role_arn()},
         },
-        # Ray pods never call the Kubernetes API (the autoscaler sidecar uses KubeRay's own
-        # account), so no API token is mounted into them.
+        # Only worker pods run as this account, and they never call the Kubernetes API (the
+        # autoscaler sidecar lives in the head pod, under KubeRay's account), so no API token
+        # is mounted. IRSA's token is a separate projected volume, unaffected.
         "automountServiceAccountToken": False,
     }
 
@@ -50,7 +52,7 @@ def pod_monitor(profile: ProductionProfile) -> dict[str, Any]:
         "metadata": {
             "name": f"{profile.name}-ray",
             "namespace": profile.namespace,
-            "labels": {"release": "prometheus"},
+            "labels": dict(profile.monitoring.pod_monitor_labels),
         },
         "spec": {
             # Pods of this RayService's clusters only, head and workers, across upgrades
@@ -137,7 +139,7 @@ def loadtest_job(profile: ProductionProfile, *, image: str) -> dict[str, Any]:
                                     "valueFrom": {
                                         "secretKeyRef": {
                                             "name": lt.api_key_secret,
-                                            "key": "key",
+                                            "key": LOADTEST_API_KEY_KEY,
                                         }
                                     },
                                 }

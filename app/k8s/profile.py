@@ -8,9 +8,8 @@ application of serve_config.yaml, then validated as the full args the replicas w
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -80,15 +79,18 @@ class WorkerGroupProfile(_Strict):
 class ServeOverrides(_Strict):
     """What production changes in serve_config.yaml (README, Deploy to Kubernetes)."""
 
-    proxy_location: str = Field(pattern=r"^(EveryNode|HeadOnly|Disabled)$")
-    http_host: str
+    # Serve's HAProxy on every node, listening on the pod's interfaces: the head is kept out
+    # of the Serve service (it runs no replicas) and KubeRay's worker readiness probe asks
+    # :8000/-/healthz, so any other choice leaves the service without endpoints.
+    proxy_location: Literal["EveryNode"]
+    http_host: Literal["0.0.0.0"]
     log_encoding: str = Field(pattern=r"^(TEXT|JSON)$")
     ensemble_args: dict[str, Any] = Field(default_factory=dict)
     router_args: dict[str, Any] = Field(default_factory=dict)
 
 
 class LoadTestProfile(_Strict):
-    """The in-cluster locust Job (k8s/loadtest-job.yaml)."""
+    """The in-cluster locust Job (k8s/loadtest/job.yaml)."""
 
     users: int = Field(ge=1)
     spawn_rate: float = Field(gt=0)
@@ -97,6 +99,12 @@ class LoadTestProfile(_Strict):
     players: int = Field(ge=1)
     route_prefix: str = Field(pattern=r"^/[a-z0-9/_-]*$")
     api_key_secret: str = Field(pattern=DNS_1123_LABEL)
+
+
+class MonitoringProfile(_Strict):
+    # Labels the PodMonitor carries: what the Prometheus operator's podMonitorSelector
+    # matches (kube-prometheus-stack: `release: <its Helm release name>`).
+    pod_monitor_labels: dict[str, str] = Field(min_length=1)
 
 
 class ProductionProfile(_Strict):
@@ -113,6 +121,7 @@ class ProductionProfile(_Strict):
     # reserves: Ray's own per-node processes, bin-packing loss, a node being replaced.
     headroom: float = Field(ge=1.0, le=4.0)
     serve: ServeOverrides
+    monitoring: MonitoringProfile
     loadtest: LoadTestProfile
 
     @field_validator("workers")
@@ -150,7 +159,3 @@ def k8s_quantity_cpu(cores: float) -> str:
     if not float(millis).is_integer():
         raise ValueError(f"{cores} cores is not a whole number of millicores")
     return str(int(cores)) if float(cores).is_integer() else f"{int(millis)}m"
-
-
-def is_dns_label(name: str) -> bool:
-    return re.fullmatch(DNS_1123_LABEL, name) is not None and len(name) <= 63

@@ -34,10 +34,11 @@ RAY_GID = 100
 UPGRADE_STRATEGY = "NewCluster"
 
 
-def image_tag(project_version: str, models: str, ray_version: str, python: str) -> str:
-    """<project version>-models.<fingerprint>-ray<Ray>-py<Python>: a new ensemble version (new
-    baked artifacts) is a new tag, and the tag names the Ray and Python it runs."""
-    return f"{project_version}-models.{models}-ray{ray_version}-py{python.replace('.', '')}"
+def image_tag(project_version: str, build: str, ray_version: str, python: str) -> str:
+    """<project version>-build.<fingerprint>-ray<Ray>-py<Python>: new code, pins or baked
+    artifacts are a new tag (app.k8s.render.build_fingerprint), and the tag names the Ray
+    and Python it runs."""
+    return f"{project_version}-build.{build}-ray{ray_version}-py{python.replace('.', '')}"
 
 
 def rayservice(
@@ -84,6 +85,11 @@ def rayservice(
                         profile,
                         image=image,
                         role="ray-head",
+                        # No serviceAccountName: KubeRay then gives the head its own account
+                        # and binds the autoscaler sidecar's RBAC (patch pods, RayClusters) to
+                        # it. The head runs no replicas and never reads DynamoDB, so it needs
+                        # neither the AWS role nor to share an account with the replicas.
+                        service_account=None,
                         cpu=profile.head.cpu,
                         memory_gib=profile.head.memory_gib,
                         shm_gib=None,
@@ -113,6 +119,7 @@ def rayservice(
                             profile,
                             image=image,
                             role="ray-worker",
+                            service_account=profile.service_account,
                             cpu=workers.cpu,
                             memory_gib=workers.memory_gib,
                             shm_gib=workers.object_store_gib,
@@ -152,6 +159,7 @@ def _pod(
     *,
     image: str,
     role: str,
+    service_account: str | None,
     cpu: float,
     memory_gib: float,
     shm_gib: float | None,
@@ -172,23 +180,28 @@ def _pod(
     ]
     if shm_gib is not None:
         # The object store lives in /dev/shm; the container default (64 MiB) is too small.
+        # A quarter GiB above the store: anything else in /dev/shm would otherwise make Ray
+        # find too little room and put the store on disk.
         mounts.append({"name": "shared-mem", "mountPath": "/dev/shm"})
         volumes.append(
             {
                 "name": "shared-mem",
-                "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib)},
+                "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib + 0.25)},
             }
         )
     env = [{"name": k, "value": v} for k, v in SERVE_PROCESS_ENV.items()]
     env.append(
         {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
     )
+    identity = (
+        # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the
+        # role's web identity (its own projected token); boto3's default chain picks it up.
+        {"serviceAccountName": service_account} if service_account is not None else {}
+    )
     return {
         "metadata": {"labels": _labels(profile, role)},
         "spec": {
-            # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the
-            # role's web identity; boto3's default chain picks it up.
-            "serviceAccountName": profile.service_account,
+            **identity,
             "securityContext": {
                 "runAsNonRoot": True,
                 "runAsUser": RAY_UID,

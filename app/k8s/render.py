@@ -21,7 +21,7 @@ import yaml
 
 from app.k8s import dockerfile, iam, objects
 from app.k8s.profile import load_profile
-from app.k8s.rayservice import image_tag, rayservice
+from app.k8s.rayservice import API_KEY_FILE_KEY, image_tag, rayservice
 from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
 from app.local.dynalite import PROJECT_ROOT
@@ -118,7 +118,9 @@ def render(
     ]
     sources = f"{_name(config_path)} and {_name(profile_path)}"
     header = HEADER.format(sources=sources)
-    tag = image_tag(pins.project_version, models_fingerprint(served), pins.ray_version, pins.python)
+    tag = image_tag(
+        pins.project_version, build_fingerprint(PROJECT_ROOT, served), pins.ray_version, pins.python
+    )
     image = f"{profile.image.repository}:{tag}"
     serve_config_v2 = to_yaml(
         production, f"{_name(config_path)} with the production overrides of {_name(profile_path)}"
@@ -139,7 +141,7 @@ def render(
             profile,
             list(service_resources),
             secret=profile.api_key_secret,
-            key="sha256",
+            key=API_KEY_FILE_KEY,
             from_file=objects.API_KEY_DIGEST_FILE,
         ),
         header,
@@ -152,7 +154,7 @@ def render(
             profile,
             ["job.yaml"],
             secret=profile.loadtest.api_key_secret,
-            key="key",
+            key=objects.LOADTEST_API_KEY_KEY,
             from_file=objects.LOADTEST_API_KEY_FILE,
         ),
         header,
@@ -172,13 +174,22 @@ def render(
     return Rendered(files=files, demand=demand, image=image)
 
 
-def models_fingerprint(served: list[tuple[str, str, str]]) -> str:
-    """8 hex of the training configs of every served (profile, game, version): what decides
-    the baked artifacts (models.recipes.training_config_hash), known without training."""
-    configs = sorted(
-        f"{p}/{g}/{v}:{recipes.training_config_hash(g, v, p)}" for p, g, v in set(served)
-    )
-    return hashlib.sha256("\n".join(configs).encode()).hexdigest()[:8]
+# What goes into the image besides the base: a change to any of it is a new tag.
+IMAGE_SOURCES = ("app/**/*.py", "models/*.py", "pyproject.toml", "constraints.txt")
+
+
+def build_fingerprint(root: Path, served: list[tuple[str, str, str]]) -> str:
+    """8 hex over the image's sources and the training configs of every served (profile,
+    game, version) (models.recipes.training_config_hash: what decides the baked artifacts,
+    known without training). Same inputs, same tag; a code, pin or model change, a new tag,
+    so `IfNotPresent` nodes never run a stale image under a reused tag."""
+    digest = hashlib.sha256()
+    files = sorted({p for pattern in IMAGE_SOURCES for p in root.glob(pattern) if p.is_file()})
+    for path in files:
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for p, g, v in sorted(set(served)):
+        digest.update(f"{p}/{g}/{v}:{recipes.training_config_hash(g, v, p)}\n".encode())
+    return digest.hexdigest()[:8]
 
 
 def _name(path: Path) -> str:

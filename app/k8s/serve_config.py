@@ -8,8 +8,8 @@ The applications stay the local config's, in the same order, with only these ove
   another) works across pods;
 - `logging_config.encoding` (JSON, for the cluster's log shipper);
 - every ensemble application's `runtime_env.env_vars`: the local DynamoDB endpoint (dynalite)
-  and its static credentials are dropped (credentials come from IRSA), the table and region
-  are the profile's;
+  and every AWS_* variable are dropped (credentials come from IRSA), the table and region
+  are the profile's; an API key digest there is refused (the cluster mounts it);
 - every ensemble application's `args` deep-merged with `serve.ensemble_args` (the
   production member layout and sizing), every router's with `serve.router_args`.
 """
@@ -25,10 +25,12 @@ from app.config.router_args import RouterAppArgs
 from app.k8s.profile import ProductionProfile
 from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
-# Only meaningful against a local dynalite: never shipped to a cluster.
-LOCAL_ONLY_ENV = frozenset(
-    {"OFFERS_DYNAMODB_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-)
+# Only meaningful against a local dynalite: never shipped to a cluster. Every AWS_*
+# variable goes too: on the cluster, credentials come from IRSA alone.
+LOCAL_ONLY_ENV = frozenset({"OFFERS_DYNAMODB_ENDPOINT_URL"})
+# The cluster mounts the digest from a Secret (OFFERS_API_KEY_SHA256_FILE); a digest in the
+# config as well would make every replica refuse to start ("not both").
+REFUSED_ENV = frozenset({"OFFERS_API_KEY_SHA256", "OFFERS_API_KEY_SHA256_FILE"})
 
 
 class ProductionConfigError(ValueError):
@@ -86,7 +88,14 @@ def _validate(model: Any, name: str, args: dict[str, Any]) -> Any:
 def _production_runtime_env(
     runtime_env: dict[str, Any], profile: ProductionProfile
 ) -> dict[str, Any]:
-    env = {k: v for k, v in (runtime_env.get("env_vars") or {}).items() if k not in LOCAL_ONLY_ENV}
+    local = runtime_env.get("env_vars") or {}
+    refused = sorted(REFUSED_ENV & set(local))
+    if refused:
+        raise ProductionConfigError(
+            f"runtime_env sets {refused}: on the cluster the API key digest comes from the "
+            "mounted Secret only"
+        )
+    env = {k: v for k, v in local.items() if k not in LOCAL_ONLY_ENV and not k.startswith("AWS_")}
     env["OFFERS_DYNAMODB_TABLE"] = profile.dynamodb.table
     env["OFFERS_AWS_REGION"] = profile.aws.region
     return {**runtime_env, "env_vars": env}

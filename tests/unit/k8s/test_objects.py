@@ -85,8 +85,14 @@ def test_only_the_services_account_can_assume_the_role(profile, committed, rayse
     assert conditions[f"{profile.aws.eks_oidc_provider}:aud"] == "sts.amazonaws.com"
     role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert role == f"arn:aws:iam::{profile.aws.account_id}:role/{profile.aws.serve_role_name}"
-    for template in ray_pods(rayservice):
-        assert template["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    # Replicas run on workers: they get the role. The head keeps KubeRay's own account, to
+    # which KubeRay binds the autoscaler sidecar's RBAC; with our account (no API token
+    # mounted) the autoscaler could not add or remove a single worker.
+    assert "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
+    for group in cluster["workerGroupSpecs"]:
+        assert group["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"  # no replica there
 
 
 def test_the_api_key_digest_comes_from_a_mounted_secret_never_inline(committed, rayservice):
@@ -141,7 +147,23 @@ def test_the_image_is_the_pinned_ray_image_with_the_served_artifacts(serve_confi
         assert image.endswith(f"-ray{ray.__version__}-py{python}"), image
 
 
-def test_the_pod_monitor_scrapes_ray_and_haproxy_on_every_ray_pod(committed, rayservice):
+def test_the_kustomizations_apply_files_that_exist(committed):
+    for name in ("kustomization.yaml", "loadtest/kustomization.yaml"):
+        folder = (DEFAULT_OUT / name).parent
+        kustomization = committed[name]
+        assert kustomization["resources"]
+        for resource in kustomization["resources"]:
+            assert (folder / resource).is_file(), resource
+            assert committed[str((folder / resource).relative_to(DEFAULT_OUT))]["metadata"]
+        (generator,) = kustomization["secretGenerator"]
+        source = generator["files"][0].split("=")[1]
+        assert str((folder / source).relative_to(DEFAULT_OUT)) in LOCAL_SECRET_FILES
+
+
+def test_the_pod_monitor_scrapes_ray_and_haproxy_on_every_ray_pod(committed, rayservice, profile):
+    assert committed["podmonitor.yaml"]["metadata"]["labels"] == (
+        profile.monitoring.pod_monitor_labels
+    )
     monitor = committed["podmonitor.yaml"]["spec"]
     wanted = monitor["selector"]["matchLabels"]
     ports = {e["port"] for e in monitor["podMetricsEndpoints"]}

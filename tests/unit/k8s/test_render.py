@@ -86,5 +86,26 @@ def test_serving_another_set_of_versions_is_another_image_tag(rendered, tmp_path
     path.write_text(yaml.safe_dump({**config, "applications": stable_only}))
     other = render(path, DEFAULT_OUT / PROFILE_FILE)
     assert other.image != rendered.image
-    assert other.image.split("-models.")[0] == rendered.image.split("-models.")[0]
+    assert other.image.split("-build.")[0] == rendered.image.split("-build.")[0]
     assert "2026-11" not in other.files["Dockerfile"] and "2026-10" in other.files["Dockerfile"]
+
+
+def test_any_change_to_the_image_sources_is_a_new_tag(tmp_path):
+    from app.k8s.render import build_fingerprint
+
+    (tmp_path / "app" / "core").mkdir(parents=True)
+    (tmp_path / "models").mkdir()
+    source = tmp_path / "app" / "core" / "offers.py"
+    source.write_text("x = 1\n")
+    (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
+    served = [("tiny", "galaxy-raiders", "2026-10")]
+    first = build_fingerprint(tmp_path, served)
+    assert build_fingerprint(tmp_path, served) == first
+    source.write_text("x = 2\n")
+    assert build_fingerprint(tmp_path, served) != first
+    source.write_text("x = 1\n")
+    (tmp_path / "constraints.txt").write_text("ray==2.61.0\n")
+    assert build_fingerprint(tmp_path, served) != first
+    (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
+    (tmp_path / "app" / "notes.md").write_text("not in the image\n")
+    assert build_fingerprint(tmp_path, served) == first

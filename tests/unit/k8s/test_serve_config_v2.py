@@ -20,6 +20,60 @@ pytestmark = pytest.mark.unit
 LOCAL = yaml.safe_load(DEFAULT_CONFIG.read_text())
 
 
+def changed_paths(before, after, prefix=()):
+    """Key paths where two YAML documents differ (a changed leaf, or a key added/removed)."""
+    if isinstance(before, dict) or isinstance(after, dict):
+        before = before if isinstance(before, dict) else ({} if before is None else before)
+        after = after if isinstance(after, dict) else ({} if after is None else after)
+    if isinstance(before, dict) and isinstance(after, dict):
+        paths = []
+        for key in before.keys() | after.keys():
+            paths += changed_paths(before.get(key), after.get(key), (*prefix, key))
+        return paths
+    return [] if before == after else [prefix]
+
+
+def leaf_paths(document, prefix=()):
+    if isinstance(document, dict) and document:
+        return [p for k, v in document.items() for p in leaf_paths(v, (*prefix, k))]
+    return [prefix]
+
+
+def test_every_change_to_an_applications_args_is_one_the_profile_makes(serve_config_v2, profile):
+    # Not the generator's merge again: each changed key path must be a path the profile's
+    # overrides write, and each override must show in production.
+    for local, prod in zip(LOCAL["applications"], serve_config_v2["applications"], strict=True):
+        overrides = (
+            profile.serve.ensemble_args
+            if local["import_path"] == BUILDER_IMPORT_PATH
+            else profile.serve.router_args
+        )
+        allowed = leaf_paths(overrides)
+        for path in changed_paths(local["args"], prod["args"]):
+            assert any(path[: len(a)] == a for a in allowed), (local["name"], path)
+        for path in allowed:
+            value = prod["args"]
+            for key in path:
+                value = value[key]
+            expected = overrides
+            for key in path:
+                expected = expected[key]
+            assert value == expected, (local["name"], path)
+
+
+def test_local_credentials_never_ship_and_a_digest_in_the_config_is_refused(profile):
+    app = dict(LOCAL["applications"][0])
+    env = {**app["runtime_env"]["env_vars"], "AWS_SESSION_TOKEN": "t", "AWS_PROFILE": "me"}
+    app["runtime_env"] = {"env_vars": env}
+    config = production_serve_config({**LOCAL, "applications": [app]}, profile)
+    shipped = config["applications"][0]["runtime_env"]["env_vars"]
+    assert not [k for k in shipped if k.startswith("AWS_")]
+    assert "OFFERS_DYNAMODB_ENDPOINT_URL" not in shipped
+    env["OFFERS_API_KEY_SHA256"] = "0" * 64
+    with pytest.raises(ProductionConfigError, match="mounted Secret"):
+        production_serve_config({**LOCAL, "applications": [app]}, profile)
+
+
 def test_serve_config_v2_is_a_serve_deploy_config(serve_config_v2):
     schema = ServeDeploySchema.model_validate(serve_config_v2)
     assert [a.name for a in schema.applications] == [a["name"] for a in LOCAL["applications"]]
