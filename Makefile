@@ -13,7 +13,7 @@ CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench reliability lint dashboard k8s
+.PHONY: setup models run test bench reliability autoscaling lint dashboard k8s
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
@@ -66,6 +66,12 @@ bench: setup
 # 2-node local Ray cluster serving $(CONFIG); loadtest/results/<timestamp>/reliability.json.
 reliability: setup
 	$(BIN)/python -m loadtest.reliability --config $(CONFIG) $(RELIABILITY_ARGS)
+
+# The login day against the shipped config with room to grow (members up to 3 replicas):
+# replicas per deployment over time, errors, and replica-/CPU-seconds against a static
+# layout provisioned for the peak; loadtest/results/<timestamp>-autoscaling/.
+autoscaling: setup
+	$(BIN)/python -m loadtest.autoscaling --config $(CONFIG) $(AUTOSCALING_ARGS)
 
 # The Grafana dashboard (app/local/grafana/offers-dashboard.json) from the metrics contract;
 # a unit test fails when the committed file differs from a fresh render.
