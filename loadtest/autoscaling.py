@@ -149,9 +149,43 @@ def load_history(path: Path, started_unix: float) -> list[dict[str, float]]:
                     "users": float(row["User Count"]),
                     "rps": float(row["Requests/s"]),
                     "p95_ms": float(p95) if p95 not in ("N/A", "") else float("nan"),
+                    "requests": float(row["Total Request Count"]),
+                    "failures": float(row["Total Failure Count"]),
                 }
             )
     return rows
+
+
+def phase_at(samples: list[Sample], t: float) -> str:
+    """`scaling up` while any deployment has replicas starting (target above running),
+    `scaling down` while any drains (target below running), else `steady`; from the latest
+    poll at or before t."""
+    latest: dict[str, Sample] = {}
+    for s in samples:
+        if s.t <= t:
+            latest[s.deployment] = s
+    if any(s.target > s.running for s in latest.values()):
+        return "scaling up"
+    if any(s.target < s.running for s in latest.values()):
+        return "scaling down"
+    return "steady"
+
+
+def phases(samples: list[Sample], history: list[dict[str, float]]) -> dict[str, Any]:
+    """Requests, failures and the worst 10-second p95 while scaling up, down and steady."""
+    out: dict[str, dict[str, float]] = {}
+    ordered = sorted(history, key=lambda h: h["t"])
+    for before, row in zip(ordered, ordered[1:], strict=False):
+        phase = out.setdefault(
+            phase_at(samples, row["t"]),
+            {"seconds": 0, "requests": 0, "failures": 0, "worst_p95_ms": 0.0},
+        )
+        phase["seconds"] += 1
+        phase["requests"] += row["requests"] - before["requests"]
+        phase["failures"] += row["failures"] - before["failures"]
+        if row["p95_ms"] == row["p95_ms"]:  # not NaN
+            phase["worst_p95_ms"] = max(phase["worst_p95_ms"], row["p95_ms"])
+    return out
 
 
 def plot(samples: list[Sample], history: list[dict[str, float]], out: Path) -> None:
@@ -172,7 +206,7 @@ def plot(samples: list[Sample], history: list[dict[str, float]], out: Path) -> N
     bottom.set_xlabel("seconds since the load started")
     twin = bottom.twinx()
     twin.plot([h["t"] for h in history], [h["p95_ms"] for h in history], "r.", ms=3, label="p95")
-    twin.set_ylabel("p95 ms (locust, cumulative)", color="r")
+    twin.set_ylabel("p95 ms (locust, last 10 s)", color="r")
     bottom.grid(alpha=0.3)
     fig.suptitle("Login day: replicas per deployment against load")
     fig.tight_layout()
@@ -240,7 +274,6 @@ def run(args: argparse.Namespace) -> Path:
                 stop.set()
                 poller.join(timeout=10)
             duration_s = time.monotonic() - started
-    history = load_history(folder / "locust" / "locust_stats_history.csv", started_unix)
     report = {
         "command": " ".join(sys.argv),
         "started_at": folder.name,
@@ -256,13 +289,25 @@ def run(args: argparse.Namespace) -> Path:
             "p99_ms": result.p99_ms,
             "outcomes": result.outcomes,
         },
-        "cost": cost(samples, cpus, duration_s),
+        "cpus": cpus,
+        "started_unix": started_unix,
         "samples": [s.__dict__ for s in samples],
     }
-    (folder / "autoscaling.json").write_text(json.dumps(report, indent=2) + "\n")
+    return analyze(folder, report)
+
+
+def analyze(folder: Path, report: dict[str, Any] | None = None) -> Path:
+    """Cost, phases and plot from a run's samples and locust history (again: --analyze)."""
+    path = folder / "autoscaling.json"
+    report = report or json.loads(path.read_text())
+    samples = [Sample(**s) for s in report["samples"]]
+    history = load_history(folder / "locust" / "locust_stats_history.csv", report["started_unix"])
+    report["cost"] = cost(samples, report["cpus"], report["duration_s"])
+    report["phases"] = phases(samples, history)
+    path.write_text(json.dumps(report, indent=2) + "\n")
     plot(samples, history, folder / "replicas.png")
-    log(json.dumps({k: report[k] for k in ("duration_s", "load", "cost")}, indent=2)[:4000])
-    log(f"report: {folder / 'autoscaling.json'}, plot: {folder / 'replicas.png'}")
+    log(json.dumps({k: report[k] for k in ("duration_s", "load", "cost", "phases")}, indent=2))
+    log(f"report: {path}, plot: {folder / 'replicas.png'}")
     return folder
 
 
@@ -272,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-users", type=int, default=60)
     parser.add_argument("--stage-seconds", type=int, default=40)
     parser.add_argument("--players", type=int, default=10_000)
-    run(parser.parse_args(argv))
+    parser.add_argument("--analyze", type=Path, help="recompute a finished run's report")
+    args = parser.parse_args(argv)
+    if args.analyze:
+        analyze(args.analyze)
+    else:
+        run(args)
     return 0
 
 
