@@ -12,9 +12,9 @@ What it measures, on this 2-core host (where more replicas cannot add throughput
 The config is serve_config.yaml's first application, as shipped (supervisor and members on
 the utilization signal), with these changes, written to the run's folder: DynamoDB is the
 run's dynalite; members may grow to MAX_MEMBER_REPLICAS; the supervisor may go down to one
-replica (so its own scaling shows); downscale_delay_s is DOWNSCALE_DELAY_S so the night fits
-in the run. Two local Ray nodes (loadtest.cluster) give the replicas logical CPUs to land
-on; they share the same 2 cores.
+replica, so its own scaling shows (--supervisor-min-replicas 2 keeps it as shipped);
+downscale_delay_s is DOWNSCALE_DELAY_S so the night fits in the run. Two local Ray nodes
+(loadtest.cluster) give the replicas logical CPUs to land on; they share the same 2 cores.
 
     .venv/bin/python -m loadtest.autoscaling [--peak-users 60] [--stage-seconds 40]
 """
@@ -86,7 +86,9 @@ def poll_replicas(dashboard: str, app: str) -> dict[str, tuple[int, int]]:
     }
 
 
-def run_config(source: Path, folder: Path, endpoint: str) -> tuple[Path, dict[str, Any]]:
+def run_config(
+    source: Path, folder: Path, endpoint: str, supervisor_min: int
+) -> tuple[Path, dict[str, Any]]:
     document = yaml.safe_load(source.read_text())
     app = document["applications"][0]
     document["applications"] = [app]
@@ -95,7 +97,7 @@ def run_config(source: Path, folder: Path, endpoint: str) -> tuple[Path, dict[st
     members = args.setdefault("members", {}).setdefault("autoscaling", {})
     members.update({"max_replicas": MAX_MEMBER_REPLICAS, "downscale_delay_s": DOWNSCALE_DELAY_S})
     supervisor = args.setdefault("supervisor", {}).setdefault("autoscaling", {})
-    supervisor.update({"min_replicas": 1, "downscale_delay_s": DOWNSCALE_DELAY_S})
+    supervisor.update({"min_replicas": supervisor_min, "downscale_delay_s": DOWNSCALE_DELAY_S})
     path = folder / "serve_config.autoscaling.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path, app
@@ -227,7 +229,9 @@ def run(args: argparse.Namespace) -> Path:
         client = dynalite.client(timeout_s=10.0)
         ensure_table(client, TABLE)
         seed_game(client, TABLE, app.args.game, args.players)
-        config, shipped = run_config(args.config, folder, dynalite.endpoint_url)
+        config, shipped = run_config(
+            args.config, folder, dynalite.endpoint_url, args.supervisor_min_replicas
+        )
         log(f"2-node local Ray, deploying {config.name}")
         with LocalCluster(folder) as cluster:
             cluster.deploy(config, [shipped["name"]])
@@ -317,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peak-users", type=int, default=60)
     parser.add_argument("--stage-seconds", type=int, default=40)
     parser.add_argument("--players", type=int, default=10_000)
+    parser.add_argument(
+        "--supervisor-min-replicas",
+        type=int,
+        default=1,
+        help="2: as shipped (no supervisor scale-up at this load); 1: its own scaling shows",
+    )
     parser.add_argument("--analyze", type=Path, help="recompute a finished run's report")
     args = parser.parse_args(argv)
     if args.analyze:
