@@ -87,7 +87,11 @@ def poll_replicas(dashboard: str, app: str) -> dict[str, tuple[int, int]]:
 
 
 def run_config(
-    source: Path, folder: Path, endpoint: str, supervisor_min: int
+    source: Path,
+    folder: Path,
+    endpoint: str,
+    supervisor_min: int,
+    member_target: float | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     document = yaml.safe_load(source.read_text())
     app = document["applications"][0]
@@ -96,6 +100,8 @@ def run_config(
     args = app["args"]
     members = args.setdefault("members", {}).setdefault("autoscaling", {})
     members.update({"max_replicas": MAX_MEMBER_REPLICAS, "downscale_delay_s": DOWNSCALE_DELAY_S})
+    if member_target is not None:
+        members["target_utilization"] = member_target
     supervisor = args.setdefault("supervisor", {}).setdefault("autoscaling", {})
     supervisor.update({"min_replicas": supervisor_min, "downscale_delay_s": DOWNSCALE_DELAY_S})
     path = folder / "serve_config.autoscaling.yaml"
@@ -230,10 +236,14 @@ def run(args: argparse.Namespace) -> Path:
         ensure_table(client, TABLE)
         seed_game(client, TABLE, app.args.game, args.players)
         config, shipped = run_config(
-            args.config, folder, dynalite.endpoint_url, args.supervisor_min_replicas
+            args.config,
+            folder,
+            dynalite.endpoint_url,
+            args.supervisor_min_replicas,
+            args.member_target_utilization,
         )
         log(f"2-node local Ray, deploying {config.name}")
-        with LocalCluster(folder) as cluster:
+        with LocalCluster(folder, head_cpus=args.logical_cpus) as cluster:
             cluster.deploy(config, [shipped["name"]])
             details = requests.get(
                 f"{cluster.dashboard}/api/serve/applications/", headers=auth_headers(), timeout=5
@@ -282,6 +292,8 @@ def run(args: argparse.Namespace) -> Path:
         "command": " ".join(sys.argv),
         "started_at": folder.name,
         "config": str(config.relative_to(PROJECT_ROOT)),
+        "logical_cpus": args.logical_cpus + 1,
+        "member_target_utilization": args.member_target_utilization,
         "peak_users": args.peak_users,
         "stage_seconds": args.stage_seconds,
         "duration_s": round(duration_s, 1),
@@ -326,6 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         help="2: as shipped (no supervisor scale-up at this load); 1: its own scaling shows",
+    )
+    parser.add_argument(
+        "--logical-cpus",
+        type=int,
+        default=2,
+        help="CPUs the head node advertises to Ray's scheduler (the worker adds 1); more "
+        "than the host has lets every replica a decision asks for be placed",
+    )
+    parser.add_argument(
+        "--member-target-utilization", type=float, help="instead of the config's, for members"
     )
     parser.add_argument("--analyze", type=Path, help="recompute a finished run's report")
     args = parser.parse_args(argv)
