@@ -45,11 +45,6 @@ class LoadMeter:
         # (time, area at that time): the window's left edge is found in here.
         self._marks: deque[tuple[float, float]] = deque([(now, 0.0)])
 
-    def set_capacity(self, capacity: float) -> None:
-        if capacity <= 0:
-            raise ValueError("capacity must be positive")
-        self._capacity = capacity
-
     def enter(self, amount: float = 1.0) -> None:
         self._advance()
         self._level += amount
