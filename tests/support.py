@@ -115,3 +115,13 @@ class FakeMember:
         if self._error is not None:
             raise self._error
         return np.asarray(self._fn(matrix), dtype=np.float64)[np.newaxis]
+
+
+class ManualClock:
+    """A clock the test moves by hand (`clock.now += 2.5`): time-based code without sleeps."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now

@@ -8,16 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.adapters.circuit_breaker import CircuitBreaker, CircuitOpen
+from tests.support import ManualClock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def fail() -> None:
@@ -25,7 +18,7 @@ def fail() -> None:
 
 
 def test_opens_after_fail_max_failures_in_a_row_and_refuses_without_calling():
-    clock = Clock()
+    clock = ManualClock(0.0)
     breaker = CircuitBreaker(fail_max=3, reset_timeout_s=5, clock=clock)
     for _ in range(3):
         with pytest.raises(OSError):
@@ -38,7 +31,7 @@ def test_opens_after_fail_max_failures_in_a_row_and_refuses_without_calling():
 
 
 def test_a_success_resets_the_failure_count():
-    breaker = CircuitBreaker(fail_max=2, reset_timeout_s=5, clock=Clock())
+    breaker = CircuitBreaker(fail_max=2, reset_timeout_s=5, clock=ManualClock(0.0))
     with pytest.raises(OSError):
         breaker.call(fail)
     assert breaker.call(lambda: "ok") == "ok"
@@ -48,7 +41,7 @@ def test_a_success_resets_the_failure_count():
 
 
 def test_after_the_reset_timeout_exactly_one_trial_goes_through():
-    clock = Clock()
+    clock = ManualClock(0.0)
     breaker = CircuitBreaker(fail_max=1, reset_timeout_s=5, clock=clock)
     with pytest.raises(OSError):
         breaker.call(fail)
@@ -80,7 +73,7 @@ def test_calls_run_concurrently_while_closed():
 
 def test_calls_that_finish_after_the_circuit_opened_do_not_move_it():
     """Outcomes of calls admitted before the circuit opened describe the store as it was."""
-    clock = Clock()
+    clock = ManualClock(0.0)
     breaker = CircuitBreaker(fail_max=2, reset_timeout_s=5, clock=clock)
     slow_ok, slow_failing = breaker.before_call(), breaker.before_call()  # still running...
     for _ in range(2):

@@ -7,20 +7,13 @@ import pytest
 
 from app.core.load_meter import LoadMeter
 from app.core.replica_scaling import desired_replicas
+from tests.support import ManualClock
 
 pytestmark = pytest.mark.unit
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     meter = LoadMeter(1.0, window_s=10.0, clock=clock)
     for _ in range(5):  # 0.5 s of every 2 s scoring
         meter.enter()
@@ -31,7 +24,7 @@ def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():
 
 
 def test_only_the_last_window_counts_and_work_in_progress_counts_now():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     meter = LoadMeter(1.0, window_s=10.0, clock=clock)
     meter.enter()
     clock.now += 30.0  # busy for 30 s...
@@ -46,7 +39,7 @@ def test_only_the_last_window_counts_and_work_in_progress_counts_now():
 
 
 def test_the_supervisors_level_is_logins_in_flight_over_its_admission_bound():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     meter = LoadMeter(16.0, window_s=10.0, clock=clock)
     meter.enter(8)
     clock.now += 10.0
@@ -57,7 +50,7 @@ def test_the_supervisors_level_is_logins_in_flight_over_its_admission_bound():
 
 
 def test_a_young_meter_averages_over_its_life_so_far():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     meter = LoadMeter(1.0, window_s=10.0, clock=clock)
     meter.enter()
     clock.now += 2.0
@@ -65,7 +58,7 @@ def test_a_young_meter_averages_over_its_life_so_far():
 
 
 def test_marks_stay_bounded_under_many_short_predicts():
-    clock = Clock()
+    clock = ManualClock(1000.0)
     meter = LoadMeter(1.0, window_s=1.0, clock=clock)
     for _ in range(10_000):
         meter.enter()

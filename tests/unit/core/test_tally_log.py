@@ -5,16 +5,9 @@ import logging
 import pytest
 
 from app.core.tally_log import TallyLog
+from tests.support import ManualClock
 
 pytestmark = pytest.mark.unit
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -35,7 +28,7 @@ def messages(records):
 
 def test_first_event_is_logged_at_once_then_summarized_per_interval(recorded):
     logger, records = recorded
-    clock = Clock()
+    clock = ManualClock(1000.0)
     log = TallyLog(logger, "fallback answers", interval_s=10, clock=clock)
     log.record("feature_store_unavailable", "EndpointConnectionError")
     assert messages(records) == [
@@ -57,7 +50,7 @@ def test_first_event_is_logged_at_once_then_summarized_per_interval(recorded):
 
 def test_after_a_quiet_interval_the_next_event_is_logged_at_once_again(recorded):
     logger, records = recorded
-    clock = Clock()
+    clock = ManualClock(1000.0)
     log = TallyLog(logger, "fallback answers", interval_s=10, clock=clock)
     log.record("quorum", "a")
     clock.now += 30
@@ -68,7 +61,7 @@ def test_after_a_quiet_interval_the_next_event_is_logged_at_once_again(recorded)
 
 def test_flush_writes_the_pending_tally_at_shutdown(recorded):
     logger, records = recorded
-    clock = Clock()
+    clock = ManualClock(1000.0)
     log = TallyLog(logger, "member group failures", interval_s=10, clock=clock)
     log.record("member-group-0: ActorDiedError", "replica died")
     log.record("member-group-0: ActorDiedError", "replica died")
