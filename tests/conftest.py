@@ -13,7 +13,7 @@ from models.train import ensure_trained
 
 TEST_GAME = "galaxy-raiders"
 TEST_VERSION = "2026-11"
-TEST_PLAYERS = 300
+TEST_PLAYERS = 600  # the batch parity test compares 500 of them
 TEST_TABLE = "player-features-test"
 
 

@@ -45,12 +45,21 @@ def player_key(game: str, player_id: str) -> str:
     return f"{game}#{player_id}"
 
 
-def make_client(settings: Settings) -> Any:  # boto3 clients are built dynamically
-    """A DynamoDB client whose timeouts and retries are botocore's, configured from settings."""
+def make_client(
+    settings: Settings, *, read_timeout_s: float | None = None, max_attempts: int | None = None
+) -> Any:  # boto3 clients are built dynamically
+    """A DynamoDB client whose timeouts and retries are botocore's, configured from settings.
+
+    `read_timeout_s` / `max_attempts` override the login-sized settings for callers that are
+    not on a login's clock (the batch Scan).
+    """
     config = Config(
         connect_timeout=settings.dynamodb_connect_timeout_s,
-        read_timeout=settings.dynamodb_read_timeout_s,
-        retries={"max_attempts": settings.dynamodb_max_attempts, "mode": "standard"},
+        read_timeout=read_timeout_s or settings.dynamodb_read_timeout_s,
+        retries={
+            "max_attempts": max_attempts or settings.dynamodb_max_attempts,
+            "mode": "standard",
+        },
         max_pool_connections=settings.dynamodb_max_pool_connections,
     )
     endpoint = str(settings.dynamodb_endpoint_url) if settings.dynamodb_endpoint_url else None

@@ -25,6 +25,7 @@ from app.api.schemas import (
     OfferOut,
     OfferRequest,
     OfferResponse,
+    PrecomputedInfo,
     Timings,
 )
 from app.contract.feature_schema import FeatureValue
@@ -37,6 +38,7 @@ from app.core.offer_service import (
     OfferService,
     UnknownGame,
 )
+from app.core.precomputed import PrecomputedTier
 
 API_KEY_HEADER = "X-API-Key"
 # A login request is a few hundred bytes; anything near this is not a game server talking.
@@ -148,6 +150,7 @@ def build_http_api(
     )
     async def ensemble() -> EnsembleInfo:
         info = describe(service.manifest)
+        info.precomputed = precomputed_info(service.precomputed)
         if knobs is not None:
             info.knobs, info.knobs_rejected = knobs()
         return info
@@ -182,6 +185,7 @@ def to_response(answer: OfferAnswer) -> OfferResponse:
         expected_revenue=decision.expected_revenue,
         personalized=answer.personalized,
         fallback_reason=answer.fallback_reason,
+        tier=answer.tier,
         members_answered=len(answer.answered_members),
         members_total=answer.members_total,
         answered_members=answer.answered_members,
@@ -191,6 +195,22 @@ def to_response(answer: OfferAnswer) -> OfferResponse:
             fanout_ms=round(answer.fanout_ms, 3),
             total_ms=round(answer.total_ms, 3),
         ),
+    )
+
+
+def precomputed_info(tier: PrecomputedTier) -> PrecomputedInfo | None:
+    offers, age = tier.offers, tier.age_s()
+    if offers is None or age is None:
+        return None
+    snapshot = offers.snapshot
+    return PrecomputedInfo(
+        source=offers.source,
+        players=snapshot.header.players,
+        scored_at=snapshot.header.scored_at.isoformat(),
+        age_s=round(age, 1),
+        fresh=tier.fresh(),
+        max_age_s=tier.max_age_s,
+        bytes_per_player=round(snapshot.nbytes / max(snapshot.header.players, 1), 2),
     )
 
 

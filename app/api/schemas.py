@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.contract.ids import GAME_PATTERN, PLAYER_ID_PATTERN
-from app.core.offer_service import FallbackReason
+from app.core.offer_service import FallbackReason, Tier
 
 # A caller's trace id: echoed in the response and in logs, so bounded like every id.
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -64,9 +64,16 @@ class OfferResponse(BaseModel):
     offer: OfferOut
     propensity: float = Field(ge=0, le=1, description="estimated purchase probability")
     expected_revenue: float = Field(ge=0, description="propensity x net price, USD")
-    personalized: bool
+    personalized: bool = Field(
+        description="scored now from the player's current features (tier `online`)"
+    )
     fallback_reason: FallbackReason | None = Field(
         default=None, description="why the answer is not personalized; null when it is"
+    )
+    tier: Tier = Field(
+        description="where the offer came from: `online` (scored now), `precomputed` (the "
+        "last batch run's offer for this player, when the online path failed) or `default` "
+        "(the version's non-personalized offer)"
     )
     members_answered: int
     members_total: int
@@ -100,6 +107,16 @@ class MemberInfo(BaseModel):
     training: dict[str, str | int | float]
 
 
+class PrecomputedInfo(BaseModel):
+    source: str = Field(description="the snapshot file this replica answers from")
+    players: int
+    scored_at: str = Field(description="when the batch run scored them (ISO 8601, UTC)")
+    age_s: float
+    fresh: bool = Field(description="younger than max_age_s: answering")
+    max_age_s: float
+    bytes_per_player: float
+
+
 class EnsembleInfo(BaseModel):
     game: str
     version: str
@@ -119,6 +136,10 @@ class EnsembleInfo(BaseModel):
     knobs_rejected: str | None = Field(
         default=None,
         description="the last live change this replica refused, and why; null if none",
+    )
+    precomputed: PrecomputedInfo | None = Field(
+        default=None,
+        description="the precomputed-offers snapshot this replica holds; null if none",
     )
 
 

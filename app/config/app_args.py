@@ -161,6 +161,22 @@ class AdmissionConfig(_Strict):
     )
 
 
+class PrecomputedArgs(_Strict):
+    """The precomputed-offers tier (app.core.precomputed): the batch job's snapshot of this
+    version, from settings' batch_output_uri, answering when the online path cannot."""
+
+    enabled: bool = True
+    max_age_s: float = Field(
+        default=36 * 3600.0,
+        gt=0,
+        description="a snapshot older than this is not loaded, and stops answering once it "
+        "ages past it (36 h: a daily run that failed once is still served)",
+    )
+    refresh_s: float = Field(
+        default=300.0, gt=0, description="how often a replica looks for a newer batch run"
+    )
+
+
 class FaultInjection(_Strict):
     """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
 
@@ -217,6 +233,7 @@ class EnsembleAppArgs(_Strict):
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
     faults: FaultInjection = Field(default_factory=FaultInjection)
+    precomputed: PrecomputedArgs = Field(default_factory=PrecomputedArgs)
 
     @field_validator("supervisor", "members", mode="before")
     @classmethod

@@ -23,6 +23,11 @@ def _default_artifacts_root() -> Path:
     return Path(__file__).resolve().parents[2] / "models" / "artifacts"
 
 
+def _default_batch_output_uri() -> str:
+    # .local/batch inside the checkout (git-ignored), beside dynalite's data.
+    return str(Path(__file__).resolve().parents[2] / ".local" / "batch")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OFFERS_", extra="ignore", frozen=True)
 
@@ -59,6 +64,10 @@ class Settings(BaseSettings):
     api_key_sha256_file: Path | None = None
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+    # Where the batch job (app.batch) writes its runs, and where supervisors look for the
+    # newest precomputed-offers snapshot of their version: a local folder or an s3:// URI
+    # (read and written through pyarrow's filesystems).
+    batch_output_uri: str = Field(default_factory=_default_batch_output_uri, min_length=1)
 
     @model_validator(mode="before")
     @classmethod

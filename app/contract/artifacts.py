@@ -105,7 +105,12 @@ def _load_sklearn(entry: MemberEntry, path: Path) -> LoadedArtifact:
         estimator.set_params(**jobs)
 
     def predict(matrix: np.ndarray) -> np.ndarray:
-        return np.asarray(estimator.predict_proba(matrix)[:, 1])
+        # float64 in: a linear model computes in its input's dtype, and float32 BLAS sums
+        # differ in the last bits with the batch's shape (measured up to 7e-8 for
+        # logistic regression), so a player's score would depend on which logins it was
+        # coalesced with, and batch scoring would not reproduce the online answer. Trees
+        # compare thresholds, and float32 -> float64 is exact, so their scores are unchanged.
+        return np.asarray(estimator.predict_proba(matrix.astype(np.float64))[:, 1])
 
     width = getattr(estimator, "n_features_in_", None)
     return LoadedArtifact(estimator, predict, int(width) if width is not None else None)

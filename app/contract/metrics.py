@@ -45,11 +45,13 @@ MEMBER_COUNT_BUCKETS = tuple(float(n) + 0.5 for n in range(0, 25))  # 0.5, 1.5, 
 BATCH_LOGIN_BUCKETS = (0.5, 1.5, 2.5, 3.5, 4.5, 6.5, 8.5, 12.5, 16.5, 24.5, 32.5, 48.5, 64.5)
 BATCH_ROW_BUCKETS = (8, 16, 32, 64, 128, 256, 384, 512, 768, 1024)
 
-# Answers by outcome: "personalized", or "fallback" with its reason ("none" when personalized).
+# Answers by outcome: "personalized"; or, when the online path failed, "precomputed" (the last
+# batch run's offer) or "fallback" (the default offer), with the reason ("none" when
+# personalized).
 ANSWERS = MetricSpec(
     "offers_answers_total",
     Kind.COUNTER,
-    "Offer answers by outcome (personalized | fallback) and fallback reason",
+    "Offer answers by outcome (personalized | precomputed | fallback) and fallback reason",
     ("game", "version", "outcome", "reason"),
 )
 LOGIN_LATENCY = MetricSpec(

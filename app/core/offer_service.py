@@ -22,6 +22,7 @@ from app.core.deadline import Deadline
 from app.core.fanout import EnsembleScorer, FanoutResult
 from app.core.feature_source import FeatureSource, FeatureStoreUnavailable
 from app.core.offers import OfferCatalog, OfferDecision
+from app.core.precomputed import PrecomputedTier
 from app.core.tally_log import TallyLog
 from app.core.telemetry import NoTelemetry, Telemetry
 
@@ -52,6 +53,32 @@ class FallbackReason(StrEnum):
     QUORUM = "quorum"
 
 
+class Tier(StrEnum):
+    """Where an answer's offer came from."""
+
+    ONLINE = "online"  # scored now, from the player's current features
+    # The last batch run's offer for this player (app.core.precomputed): the online path
+    # failed (fallback_reason says why), but the offer is still the player's own.
+    PRECOMPUTED = "precomputed"
+    DEFAULT = "default"  # the version's one non-personalized offer
+
+
+# The online failures a precomputed offer stands in for. An unknown player is not one: the
+# batch run read the same table, so it cannot know the player either.
+PRECOMPUTED_COVERS = frozenset(
+    {
+        FallbackReason.FEATURE_STORE_UNAVAILABLE,
+        FallbackReason.NO_MEMBERS_ANSWERED,
+        FallbackReason.QUORUM,
+    }
+)
+
+
+# Default age limit of a precomputed snapshot when the caller gives none (36 h: a daily
+# batch run that failed once is still served).
+DEFAULT_PRECOMPUTED_MAX_AGE_S = 36 * 3600.0
+
+
 @dataclass(frozen=True)
 class OfferQuery:
     """One login, as the offer service sees it."""
@@ -76,6 +103,7 @@ class OfferAnswer:
     version: str
     decision: OfferDecision
     fallback_reason: FallbackReason | None
+    tier: Tier
     answered_members: list[str]
     missing_members: dict[str, str]
     members_total: int
@@ -85,7 +113,12 @@ class OfferAnswer:
 
     @property
     def personalized(self) -> bool:
+        """Scored online from the player's current features (a precomputed offer is not)."""
         return self.fallback_reason is None
+
+
+# The metrics' `outcome` label of each tier (app.contract.metrics.ANSWERS).
+_OUTCOME = {Tier.ONLINE: "personalized", Tier.PRECOMPUTED: "precomputed", Tier.DEFAULT: "fallback"}
 
 
 class OfferService:
@@ -98,10 +131,13 @@ class OfferService:
         request_budget_ms: float,
         quorum: float,
         telemetry: Telemetry | None = None,
+        precomputed: PrecomputedTier | None = None,
     ) -> None:
         self.manifest = manifest
         self._telemetry = telemetry or NoTelemetry()
         self.catalog = OfferCatalog(manifest)
+        # Empty until a snapshot is installed (the supervisor loads one in the background).
+        self.precomputed = precomputed or PrecomputedTier(DEFAULT_PRECOMPUTED_MAX_AGE_S)
         self._features = features
         self._scorer = scorer
         self.configure(request_budget_ms=request_budget_ms, quorum=quorum)
@@ -174,8 +210,7 @@ class OfferService:
         features_ms = deadline.elapsed_ms()
 
         if row is None:
-            fallback = self.catalog.fallback()
-            return self._answer(request_id, fallback, reason, None, deadline, features_ms)
+            return self._fallback(query.player_id, request_id, reason, None, deadline, features_ms)
 
         candidates = self.catalog.candidates(row)
         result = await self._scorer.score(candidates, deadline.remaining_s())
@@ -183,11 +218,31 @@ class OfferService:
         if not result.answers or answered_weight < self._quorum * self._total_weight:
             reason = FallbackReason.QUORUM if result.answers else FallbackReason.NO_MEMBERS_ANSWERED
             self._fallbacks.record(reason, f"missing {result.missing}")
-            return self._answer(
-                request_id, self.catalog.fallback(), reason, result, deadline, features_ms
+            return self._fallback(
+                query.player_id, request_id, reason, result, deadline, features_ms
             )
         decision = self.catalog.decide(weighted_mean(result.answers))
-        return self._answer(request_id, decision, None, result, deadline, features_ms)
+        return self._answer(request_id, decision, None, Tier.ONLINE, result, deadline, features_ms)
+
+    def _fallback(
+        self,
+        player_id: str,
+        request_id: str,
+        reason: FallbackReason | None,
+        fanout: FanoutResult | None,
+        deadline: Deadline,
+        features_ms: float,
+    ) -> OfferAnswer:
+        """The player's precomputed offer if the tier covers `reason` and has one, else the
+        default offer. `reason` stays the online failure either way."""
+        decision = self.precomputed.lookup(player_id) if reason in PRECOMPUTED_COVERS else None
+        if decision is not None:
+            return self._answer(
+                request_id, decision, reason, Tier.PRECOMPUTED, fanout, deadline, features_ms
+            )
+        return self._answer(
+            request_id, self.catalog.fallback(), reason, Tier.DEFAULT, fanout, deadline, features_ms
+        )
 
     async def _read_row(
         self, query: OfferQuery, deadline: Deadline, budget_ms: float
@@ -228,6 +283,7 @@ class OfferService:
         request_id: str,
         decision: OfferDecision,
         reason: FallbackReason | None,
+        tier: Tier,
         fanout: FanoutResult | None,
         deadline: Deadline,
         features_ms: float,
@@ -235,9 +291,7 @@ class OfferService:
         total_ms = deadline.elapsed_ms()
         telemetry = self._telemetry
         telemetry.answer(
-            "personalized" if reason is None else "fallback",
-            "none" if reason is None else reason.value,
-            total_ms,
+            _OUTCOME[tier], "none" if reason is None else reason.value, total_ms
         )
         if fanout is not None:
             telemetry.members_answered(len(fanout.answers))
@@ -249,6 +303,7 @@ class OfferService:
             version=self.version,
             decision=decision,
             fallback_reason=reason,
+            tier=tier,
             answered_members=[a.name for a in fanout.answers] if fanout else [],
             missing_members=dict(fanout.missing) if fanout else {},
             members_total=len(self.manifest.members),

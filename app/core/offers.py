@@ -40,9 +40,23 @@ class OfferCatalog:
         """Pick the offer with the highest expected revenue (propensity x net price)."""
         if propensities.shape != (len(self.offers),):
             raise ValueError(f"expected {len(self.offers)} propensities, got {propensities.shape}")
-        revenue = propensities * self.net_prices
-        best = int(np.argmax(revenue))  # ties go to the earlier catalog entry
-        return OfferDecision(self.offers[best], float(propensities[best]), float(revenue[best]))
+        best, propensity, revenue = self.decide_many(propensities)
+        return OfferDecision(self.offers[best[0]], float(propensity[0]), float(revenue[0]))
+
+    def decide_many(self, propensities: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`decide` for n players at once, vectorized (the batch job; online uses n = 1).
+
+        `propensities`: n x K scores, player-major as in `candidates`. Returns each player's
+        best offer index, its propensity and its expected revenue.
+        """
+        k = len(self.offers)
+        if propensities.size % k:
+            raise ValueError(f"{propensities.size} propensities are not whole rows of {k}")
+        scores = propensities.reshape(-1, k)
+        revenue = scores * self.net_prices
+        best = np.argmax(revenue, axis=1)  # ties go to the earlier catalog entry
+        rows = np.arange(scores.shape[0])
+        return best, scores[rows, best], revenue[rows, best]
 
     def fallback(self) -> OfferDecision:
         """The non-personalized offer, reported with its population conversion rate."""

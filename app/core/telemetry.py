@@ -13,8 +13,8 @@ from typing import Protocol
 
 class Telemetry(Protocol):
     def answer(self, outcome: str, reason: str, latency_ms: float) -> None:
-        """One login answered: outcome `personalized` or `fallback`, reason (`none` if
-        personalized), and its time inside the service."""
+        """One login answered: outcome `personalized`, `precomputed` or `fallback`, reason
+        (`none` if personalized), and its time inside the service."""
 
     def members_answered(self, count: int) -> None:
         """How many members' scores a scored login was aggregated from."""

@@ -72,7 +72,8 @@ def _mean(s: MetricSpec) -> str:
 def panel_specs() -> tuple[PanelSpec, ...]:
     """Every panel, in dashboard order (left to right, top to bottom)."""
     answers, latency = spec.ANSWERS, spec.LOGIN_LATENCY
-    fallbacks = _rate(answers, selector='{outcome="fallback"}')
+    # Every answer the online path could not personalize, whichever tier then answered.
+    fallbacks = _rate(answers, selector='{outcome!="personalized"}')
     cache_hits = _rate(spec.FEATURE_CACHE, selector='{result="hit"}')
     return (
         PanelSpec(
@@ -84,7 +85,8 @@ def panel_specs() -> tuple[PanelSpec, ...]:
                     "{{outcome}} ({{reason}})",
                 ),
             ),
-            "Answers per second: personalized, or fallback with its reason.",
+            "Answers per second: personalized, precomputed (the last batch run's offer) or "
+            "fallback (the default offer), with the online path's failure reason.",
         ),
         PanelSpec(
             "Login latency p50 / p95 / p99",
@@ -113,7 +115,8 @@ def panel_specs() -> tuple[PanelSpec, ...]:
                     "all reasons",
                 ),
             ),
-            "Fallback answers as a share of all answers, by reason and in total.",
+            "Answers the online path could not personalize (precomputed or default offer), "
+            "as a share of all answers, by reason and in total.",
             min_value=0,
         ),
         PanelSpec(

@@ -81,6 +81,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         groups={g.deployment: [e.name for e in g.members] for g in groups},
         max_in_flight=args.admission.max_in_flight,
         retry_after_s=args.retry_after_s,
+        precomputed=args.precomputed,
     )
     app: Application = supervisor.bind(config, deployments)
     return app

@@ -13,16 +13,19 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
+from app.adapters.snapshot_store import latest_snapshot
 from app.api.routed import answer_routed
 from app.api.routes import build_http_api
+from app.config.app_args import PrecomputedArgs
 from app.config.knobs import SupervisorKnobs, explain
 from app.config.settings import get_settings
-from app.contract.manifest import load_manifest
+from app.contract.manifest import Manifest, load_manifest
 from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import EnsembleScorer, Fanout
 from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
+from app.core.precomputed import PrecomputedOffers, PrecomputedTier
 from app.serving.autoscaling import UTILIZATION_METRIC
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.member_group import HandleGroupClient
@@ -48,9 +51,46 @@ class SupervisorConfig(BaseModel):
     max_in_flight: int = Field(ge=1)
     retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
+    precomputed: PrecomputedArgs = Field(default_factory=PrecomputedArgs)
 
 
 BREAKER_REPORT_S = 2.0
+
+
+async def _keep_precomputed_fresh(
+    root: str, manifest: Manifest, tier: PrecomputedTier, service: OfferService, refresh_s: float
+) -> None:
+    """Load the newest snapshot, then look for a newer one every `refresh_s`.
+
+    The read and checksum run on a worker thread: a large snapshot must not stall logins or
+    health checks, and the replica is ready before it is loaded (until then the tier is
+    empty and failures get the default offer). A failure to look is logged and retried.
+    """
+    while True:
+        current = tier.offers
+        try:
+            found = await asyncio.to_thread(
+                latest_snapshot,
+                root,
+                manifest,
+                max_age_s=tier.max_age_s,
+                newer_than_s=None if current is None else current.scored_at_s,
+            )
+        except Exception:  # noqa: BLE001 - a storage error must not end the refresh loop
+            logger.exception("could not look for precomputed snapshots under %s", root)
+            found = None
+        if found is not None:
+            snapshot, path = found
+            tier.install(PrecomputedOffers(snapshot, service.catalog, path))
+            header = snapshot.header
+            logger.info(
+                "precomputed offers loaded: %d players scored at %s, %.1f bytes/player, from %s",
+                header.players,
+                header.scored_at.isoformat(),
+                snapshot.nbytes / max(header.players, 1),
+                path,
+            )
+        await asyncio.sleep(refresh_s)
 
 
 async def _report_breaker(store: FeatureStore, telemetry: SupervisorTelemetry) -> None:
@@ -111,6 +151,7 @@ class Supervisor:
             _report_breaker(self._store, telemetry)
         )
         self._closed = False
+        tier = PrecomputedTier(config.precomputed.max_age_s)
         self._service = OfferService(
             manifest,
             self._store,
@@ -118,7 +159,19 @@ class Supervisor:
             request_budget_ms=baseline.request_budget_ms,
             quorum=baseline.quorum,
             telemetry=telemetry,
+            precomputed=tier,
         )
+        self._precomputed_task: asyncio.Task[None] | None = None
+        if config.precomputed.enabled:
+            self._precomputed_task = asyncio.get_running_loop().create_task(
+                _keep_precomputed_fresh(
+                    settings.batch_output_uri,
+                    manifest,
+                    tier,
+                    self._service,
+                    config.precomputed.refresh_s,
+                )
+            )
         self._knobs = baseline
         self._knobs_rejected: str | None = None
         self._apply(baseline)
@@ -217,9 +270,10 @@ class Supervisor:
         if getattr(self, "_closed", True):
             return
         self._closed = True
-        breaker_task = getattr(self, "_breaker_task", None)
-        if breaker_task is not None:
-            breaker_task.cancel()
+        for name in ("_breaker_task", "_precomputed_task"):
+            task = getattr(self, name, None)
+            if task is not None:
+                task.cancel()
         if self._coalescing is not None:
             self._coalescing.close()
         self._store.close()

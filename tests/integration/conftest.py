@@ -16,7 +16,13 @@ ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
 
 
 @pytest.fixture(scope="session")
-def serve_app(tiny_version_dir, dynalite_server):
+def batch_output_root(tmp_path_factory):
+    """Where batch runs write and supervisors look for precomputed snapshots."""
+    return tmp_path_factory.mktemp("batch-output")
+
+
+@pytest.fixture(scope="session")
+def serve_app(tiny_version_dir, dynalite_server, batch_output_root):
     """Base URL of the deployed application; Serve and Ray are shut down afterwards."""
     import ray
     from ray import serve
@@ -32,6 +38,7 @@ def serve_app(tiny_version_dir, dynalite_server):
         # store is retried 1 s after the breaker opens.
         "OFFERS_FEATURE_CACHE_TTL_S": "0",
         "OFFERS_DYNAMODB_BREAKER_RESET_TIMEOUT_S": "1",
+        "OFFERS_BATCH_OUTPUT_URI": str(batch_output_root),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -1,0 +1,5 @@
+import sys
+
+from app.batch.cli import main
+
+sys.exit(main())

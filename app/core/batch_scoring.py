@@ -1,0 +1,57 @@
+"""Scoring a block of players offline: the online decision, vectorized over many players.
+
+The batch job (app.batch) hands this a block of encoded player rows. It builds one candidate
+matrix for all of them (players x offers), has every member score it once, and aggregates
+and decides with the same functions the online path uses per login (weighted_mean,
+OfferCatalog), so a player gets the same offer and propensity from either path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from app.core.aggregation import MemberScores, weighted_mean
+from app.core.offers import OfferCatalog
+
+
+class Member(Protocol):
+    """A loaded member (app.adapters.member_model.MemberModel)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def score(self, matrix: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class ScoredPlayers:
+    offer_index: np.ndarray  # into the catalog's offers
+    propensity: np.ndarray  # float64
+    expected_revenue: np.ndarray  # float64, propensity x net price
+
+
+class BatchScorer:
+    def __init__(
+        self, catalog: OfferCatalog, members: Sequence[Member], weights: dict[str, float]
+    ) -> None:
+        if not members:
+            raise ValueError("a batch scorer needs at least one member")
+        missing = [m.name for m in members if m.name not in weights]
+        if missing:
+            raise ValueError(f"no weight for members {missing}")
+        self.catalog = catalog
+        self.members = tuple(members)
+        self.weights = dict(weights)
+
+    def score(self, player_rows: np.ndarray) -> ScoredPlayers:
+        """Each player's best offer; `player_rows` is (n, player width), encoded."""
+        candidates = self.catalog.candidates(player_rows)
+        answers = [
+            MemberScores(m.name, self.weights[m.name], m.score(candidates)) for m in self.members
+        ]
+        best, propensity, revenue = self.catalog.decide_many(weighted_mean(answers))
+        return ScoredPlayers(best, propensity, revenue)
