@@ -13,7 +13,7 @@ CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench reliability autoscaling lint dashboard k8s
+.PHONY: setup models run test bench reliability autoscaling lint dashboard k8s batch batch-bench
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
@@ -52,6 +52,13 @@ run: setup
 # your cluster's (`kubectl get crd rayservices.ray.io -o yaml > DIR/ray.io_rayservices.yaml`).
 KUBERAY_CRD_DIR ?= $(abspath ../shared/kuberay)
 export KUBERAY_CRD_DIR
+
+# Score every player of one served version offline (Ray Data) into Parquet and the
+# precomputed-offers snapshot: `make batch GAME=galaxy-raiders VERSION=2026-11`; last line
+# `output: <folder>`. BATCH_ARGS go to offers-batch (e.g. "--segments 8 --read-budget 2000").
+batch: setup
+	@test -n "$(GAME)" -a -n "$(VERSION)" || { echo "usage: make batch GAME=<game> VERSION=<version>"; exit 2; }
+	$(BIN)/offers batch --config $(CONFIG) --game $(GAME) --version $(VERSION) --players $(PLAYERS) -- $(BATCH_ARGS)
 
 # Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
 test: lint

@@ -39,6 +39,8 @@ class Shot:
     # The service's own view of the login (timings.total_ms): the gap to latency_ms is time
     # spent outside the budget's clock (network, ingress, loop lag on either side).
     server_ms: float | None = None
+    # online | precomputed | default (the answer's `tier`)
+    tier: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +102,7 @@ class Caller:
                     fallback_reason=body.get("fallback_reason"),
                     retry_after=response.headers.get("Retry-After"),
                     server_ms=body.get("timings", {}).get("total_ms"),
+                    tier=body.get("tier"),
                 )
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             return Shot(
@@ -170,9 +173,11 @@ def summarize(shots: Sequence[Shot]) -> dict[str, Any]:
         status_counts[key] = status_counts.get(key, 0) + 1
     ok = [s for s in accepted if s.status == 200]
     reasons: dict[str, float] = {}
+    tiers: dict[str, int] = {}
     for s in ok:
         if s.fallback_reason is not None:
             reasons[s.fallback_reason] = reasons.get(s.fallback_reason, 0) + 1
+        tiers[s.tier or "unknown"] = tiers.get(s.tier or "unknown", 0) + 1
     return {
         "sent": len(shots),
         "answered": len(answered),
@@ -187,4 +192,7 @@ def summarize(shots: Sequence[Shot]) -> dict[str, Any]:
             reason: round(count / len(ok), 4) for reason, count in sorted(reasons.items())
         },
         "refused_without_retry_after": sum(1 for s in refused if not s.retry_after),
+        # Where the 200s' offers came from: online, precomputed (the batch run's offer, when
+        # the online path failed) or default.
+        "tier_share": {tier: round(count / len(ok), 4) for tier, count in sorted(tiers.items())},
     }

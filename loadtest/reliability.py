@@ -34,6 +34,7 @@ import re
 import shlex
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -50,7 +51,7 @@ from app.config.settings import get_settings
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
-from loadtest.cluster import LocalCluster
+from loadtest.cluster import CLI_ENV, LocalCluster
 from loadtest.open_loop import (
     Caller,
     Shot,
@@ -231,6 +232,38 @@ def client_floor(port: int, n: int) -> float | None:
     return percentile(asyncio.run(run()), 99)
 
 
+def run_batch(
+    cluster: LocalCluster, app: Any, endpoint_url: str, root: Path, log_path: Path
+) -> dict[str, Any]:
+    """`python -m app.batch` for the served version, on the cluster, into `root`."""
+    env = {
+        **CLI_ENV,
+        **dynamo_env(endpoint_url, TABLE),
+        "OFFERS_BATCH_OUTPUT_URI": str(root),
+        "RAY_ADDRESS": f"127.0.0.1:{cluster.gcs_port}",
+    }
+    command = [
+        str(BIN / "python"),
+        "-m",
+        "app.batch",
+        *("--game", app.args.game, "--version", app.args.version, "--profile", app.args.profile),
+        *("--actors", "1", "--actor-num-cpus", "0.5"),
+    ]
+    started = time.monotonic()
+    with log_path.open("w") as out:
+        done = subprocess.run(
+            command, cwd=PROJECT_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900
+        )
+    lines = log_path.read_text().strip().splitlines()
+    if done.returncode != 0 or not lines or not lines[-1].startswith("output: "):
+        raise RuntimeError(f"batch job failed (exit {done.returncode}), see {log_path}")
+    return {
+        "output": lines[-1].removeprefix("output: "),
+        "summary": lines[-2],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
 def run(args: argparse.Namespace) -> Path:
     app = configured_apps(args.config)[0]
     budget_ms = app.args.request_budget_ms
@@ -284,9 +317,18 @@ def run(args: argparse.Namespace) -> Path:
                 sizing = shipped["args"].setdefault(role, {})
                 sizing["max_replicas_per_node"] = 1
                 sizing.setdefault("autoscaling", {})["min_replicas"] = 2
+            # The precomputed tier: the batch job scores the seeded players on this cluster
+            # before the service starts, and the supervisors load its snapshot, so the
+            # DynamoDB fault scenarios show which answers it saved from the default offer.
+            batch_root = folder / "batch"
+            shipped["runtime_env"]["env_vars"]["OFFERS_BATCH_OUTPUT_URI"] = str(batch_root)
             config.write_text(yaml.safe_dump(document, sort_keys=False))
             log(f"starting a 2-node Ray cluster, deploying {args.config.name}")
             with LocalCluster(folder) as cluster:
+                report["batch"] = run_batch(
+                    cluster, app, dynalite.endpoint_url, batch_root, folder / "batch.log"
+                )
+                log(f"batch run: {report['batch']}")
                 cluster.deploy(config, [shipped["name"]])
                 base = f"http://127.0.0.1:{port}{shipped['route_prefix']}"
                 report["client_floor_p99_ms"] = {
@@ -423,7 +465,7 @@ def run_scenario(
         f"no answer {summary['no_answer']}, p50/p99/max {summary['client_p50_ms']}/"
         f"{summary['client_p99_ms']}/{summary['client_max_ms']} ms, refusal p99 "
         f"{summary['refusal_p99_ms']} ms, over budget+100 {summary['over_budget_plus_100ms']}, "
-        f"fallbacks {summary['fallback_share_by_reason']}"
+        f"fallbacks {summary['fallback_share_by_reason']}, tiers {summary['tier_share']}"
     )
     # Let autoscaling and replaced replicas settle before the next scenario.
     time.sleep(10)
@@ -433,17 +475,20 @@ def run_scenario(
 def table(report: dict[str, Any]) -> str:
     lines = [
         "| scenario | sent | status counts | 5xx (not 503) | no answer | p50 / p99 / max (ms) "
-        "| refusal p99 (ms) | > budget+100 | fallback share | recovered (s) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| refusal p99 (ms) | > budget+100 | fallback share | precomputed / default "
+        "| recovered (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, s in report["scenarios"].items():
         counts = ", ".join(f"{k}: {v}" for k, v in s["status_counts"].items())
         shares = ", ".join(f"{k} {v:.3f}" for k, v in s["fallback_share_by_reason"].items())
+        tiers = s.get("tier_share", {})
+        tier = f"{tiers.get('precomputed', 0):.3f} / {tiers.get('default', 0):.3f}"
         lines.append(
             f"| {name} | {s['sent']} | {counts} | {s['http_5xx_non503']} | {s['no_answer']} "
             f"| {s['client_p50_ms']} / {s['client_p99_ms']} / {s['client_max_ms']} "
             f"| {s['refusal_p99_ms'] if s['refusal_p99_ms'] is not None else '-'} "
-            f"| {s['over_budget_plus_100ms']} | {shares or '-'} "
+            f"| {s['over_budget_plus_100ms']} | {shares or '-'} | {tier} "
             f"| {s.get('recovered_after_s', '-')} |"
         )
     return "\n".join(lines)

@@ -66,9 +66,9 @@ def latest_snapshot(
     )
     for run in names:
         path = f"{run}/{SNAPSHOT_FILENAME}"
-        if fs.get_file_info(path).type != pafs.FileType.File:
-            continue  # a run still writing, or one that failed before its snapshot
         try:
+            if fs.get_file_info(path).type != pafs.FileType.File:
+                continue  # a run still writing, or one that failed before its snapshot
             with fs.open_input_file(path) as fh:
                 header, _ = read_header(fh.read(_HEADER_PROBE_BYTES))
             scored_at = header.scored_at.timestamp()

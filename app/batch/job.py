@@ -23,6 +23,10 @@ from app.contract.offer_snapshot import run_folder, version_prefix
 logger = logging.getLogger(__name__)
 
 SUMMARY_FILENAME = "_SUCCESS.json"
+# Parquet writes are I/O and encoding, a sliver of a core. Ray Data's default (a whole CPU
+# per write task) deadlocks a small cluster whose CPUs the scoring actors already hold:
+# the actors wait for a write to drain their output, the write waits for a CPU.
+WRITE_NUM_CPUS = 0.1
 
 
 @dataclass(frozen=True)
@@ -42,11 +46,13 @@ class BatchSummary:
 
 
 def actor_pool(args: BatchJobArgs) -> ActorPoolStrategy:
-    """`min_actors`..`max_actors` scoring actors (max: what the cluster's CPUs hold)."""
+    """`min_actors`..`max_actors` scoring actors (max: what the cluster's CPUs hold once
+    every Scan segment and a write task have theirs)."""
     most = args.max_actors
     if most is None:
         cpus = float(ray.cluster_resources().get("CPU", 1.0))  # type: ignore[no-untyped-call]
-        most = max(args.min_actors, int(cpus // args.actor_num_cpus))
+        spare = cpus - args.segments * args.read_num_cpus - WRITE_NUM_CPUS
+        most = max(args.min_actors, int(spare // args.actor_num_cpus))
     return ActorPoolStrategy(min_size=args.min_actors, max_size=most)
 
 
@@ -90,7 +96,12 @@ def run(args: BatchJobArgs, *, now: datetime | None = None) -> BatchSummary:
     # Streaming: blocks flow from the Scan through the actors into Parquet files; nothing is
     # collected on the driver.
     scored_players(args, manifest, scored_at).write_parquet(
-        output, min_rows_per_file=args.min_rows_per_file
+        output,
+        min_rows_per_file=args.min_rows_per_file,
+        ray_remote_args={"num_cpus": WRITE_NUM_CPUS},
+        # On S3 there are no folders to create, and creating them would need rights on the
+        # bucket outside the output prefix (k8s/iam/batch-policy.json grants none).
+        try_create_dir=not output.startswith("s3://"),
     )
     players, files = _count_rows(output)
     elapsed = time.perf_counter() - started

@@ -1,17 +1,45 @@
-"""IAM for the serve role (IRSA): read one table's items, trusted by one ServiceAccount.
+"""IAM for the two roles (IRSA), each trusted by one ServiceAccount of this namespace only.
 
-The online path does GetItem and BatchGetItem (app.adapters.dynamodb) and nothing else, on
-the one feature table: no Scan, Query, writes, indexes or other tables. The trust policy
-lets only this namespace's ServiceAccount, through the cluster's OIDC provider, assume it.
+The serve role (the replicas, app.adapters.dynamodb and app.adapters.snapshot_store):
+- GetItem and BatchGetItem on the one feature table: no Scan, Query, writes, indexes or
+  other tables;
+- the precomputed-offers snapshots the batch job writes: GetObject on the snapshot files
+  only (`<prefix>/*/_offers.snapshot`, never the Parquet or a half-written `.partial`), and
+  ListBucket restricted by `s3:prefix` to the output prefix (finding the newest run).
+
+The batch role (the RayJob's head and workers, app.batch):
+- Scan on the one table (the parallel Scan of every player);
+- under the output prefix: PutObject (Parquet, the snapshot, `_SUCCESS.json`; multipart
+  uploads are PutObject too) and AbortMultipartUpload (a failed upload cleans up);
+  GetObject, because the driver reads the run back (row counts from the Parquet footers, the
+  three columns the snapshot is built from) and S3 copies need read on the source; ListBucket
+  restricted by `s3:prefix`, as pyarrow lists "directories"; DeleteObject on the snapshot's
+  temporary name only: it is written as `_offers.snapshot.partial` and moved into place,
+  which on S3 is a copy and a delete. The role can overwrite but never delete a finished
+  run's files.
+
+pyarrow's S3 requests, as measured against an S3 endpoint: HeadObject/GetObject need
+s3:GetObject; ListObjectsV2 needs s3:ListBucket (S3 evaluates `s3:prefix` as the requested
+key when it decides between 404 and 403 for a missing key, so the prefix condition still
+gives honest 404s); a move is CopyObject + DeleteObject + a PutObject of the parent "folder"
+marker. CreateDir is the one call these roles do not allow: it asks HeadBucket (s3:ListBucket
+with no prefix) and puts folder markers from the bucket root down, so writers must not ask
+for it (Ray Data: `write_parquet(..., try_create_dir=False)`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from app.contract.offer_snapshot import SNAPSHOT_FILENAME
 from app.k8s.profile import ProductionProfile
 
 SERVE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem")
+BATCH_SCAN_ACTIONS = ("dynamodb:Scan",)
+BATCH_WRITE_ACTIONS = ("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")
+# app.adapters.snapshot_store.write_snapshot writes the snapshot under this name, then moves
+# it into place (tests/unit/k8s check the writer against this policy).
+SNAPSHOT_PARTIAL = f"{SNAPSHOT_FILENAME}.partial"
 
 
 def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
@@ -23,12 +51,68 @@ def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Effect": "Allow",
                 "Action": list(SERVE_ACTIONS),
                 "Resource": [profile.table_arn()],
-            }
+            },
+            {
+                "Sid": "ReadPrecomputedSnapshots",
+                "Effect": "Allow",
+                "Action": ["s3:GetObject"],
+                "Resource": [_object_arn(profile, f"*/{SNAPSHOT_FILENAME}")],
+            },
+            _list_prefix(profile, "ListBatchRuns"),
+        ],
+    }
+
+
+def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "ScanPlayerFeatures",
+                "Effect": "Allow",
+                "Action": list(BATCH_SCAN_ACTIONS),
+                "Resource": [profile.table_arn()],
+            },
+            {
+                "Sid": "WriteBatchRuns",
+                "Effect": "Allow",
+                "Action": list(BATCH_WRITE_ACTIONS),
+                "Resource": [_object_arn(profile, "*")],
+            },
+            {
+                "Sid": "MoveSnapshotIntoPlace",
+                "Effect": "Allow",
+                "Action": ["s3:DeleteObject"],
+                "Resource": [_object_arn(profile, f"*/{SNAPSHOT_PARTIAL}")],
+            },
+            _list_prefix(profile, "ListBatchRuns"),
         ],
     }
 
 
 def serve_trust_policy(profile: ProductionProfile) -> dict[str, Any]:
+    return _trust_policy(profile, profile.service_account)
+
+
+def batch_trust_policy(profile: ProductionProfile) -> dict[str, Any]:
+    return _trust_policy(profile, profile.batch.service_account)
+
+
+def _object_arn(profile: ProductionProfile, below_prefix: str) -> str:
+    return f"arn:aws:s3:::{profile.batch.bucket()}/{profile.batch.prefix()}/{below_prefix}"
+
+
+def _list_prefix(profile: ProductionProfile, sid: str) -> dict[str, Any]:
+    return {
+        "Sid": sid,
+        "Effect": "Allow",
+        "Action": ["s3:ListBucket"],
+        "Resource": [f"arn:aws:s3:::{profile.batch.bucket()}"],
+        "Condition": {"StringLike": {"s3:prefix": [f"{profile.batch.prefix()}/*"]}},
+    }
+
+
+def _trust_policy(profile: ProductionProfile, service_account: str) -> dict[str, Any]:
     provider = profile.aws.eks_oidc_provider
     return {
         "Version": "2012-10-17",
@@ -42,7 +126,7 @@ def serve_trust_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Condition": {
                     "StringEquals": {
                         f"{provider}:sub": (
-                            f"system:serviceaccount:{profile.namespace}:{profile.service_account}"
+                            f"system:serviceaccount:{profile.namespace}:{service_account}"
                         ),
                         f"{provider}:aud": "sts.amazonaws.com",
                     }

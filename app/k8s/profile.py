@@ -8,17 +8,26 @@ application of serve_config.yaml, then validated as the full args the replicas w
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # KubeRay names the RayCluster `<rayservice>-<5 chars>`, and a RayCluster name is at most 53
 # characters (ray-operator/controllers/ray/utils/constant.go): RayService names stop at 47.
 MAX_RAYSERVICE_NAME = 47
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+IAM_ROLE_NAME = r"^[A-Za-z0-9+=,.@_-]{1,64}$"
+# s3://<bucket>/<prefix>: a bucket name as S3 allows it (no dots: virtual-hosted TLS), and a
+# prefix of plain path segments. No IAM wildcard (`*`, `?`) or policy variable (`$`) can
+# reach the policies' resource ARNs, and no segment is `.` or `..`.
+S3_OUTPUT_URI = re.compile(
+    r"^s3://(?P<bucket>[a-z0-9][a-z0-9-]{1,61}[a-z0-9])"
+    r"/(?P<prefix>[A-Za-z0-9_=-][A-Za-z0-9._=-]*(/[A-Za-z0-9_=-][A-Za-z0-9._=-]*)*)$"
+)
 
 
 class _Strict(BaseModel):
@@ -39,10 +48,13 @@ class AwsProfile(_Strict):
     # The cluster's IRSA OIDC provider (`aws eks describe-cluster ... identity.oidc.issuer`,
     # without https://): the serve role trusts tokens from it for one ServiceAccount only.
     eks_oidc_provider: str = Field(pattern=r"^oidc\.eks\.[a-z0-9-]+\.amazonaws\.com/id/[A-Z0-9]+$")
-    serve_role_name: str = Field(pattern=r"^[A-Za-z0-9+=,.@_-]{1,64}$")
+    serve_role_name: str = Field(pattern=IAM_ROLE_NAME)
 
     def serve_role_arn(self) -> str:
-        return f"arn:aws:iam::{self.account_id}:role/{self.serve_role_name}"
+        return self.role_arn(self.serve_role_name)
+
+    def role_arn(self, name: str) -> str:
+        return f"arn:aws:iam::{self.account_id}:role/{name}"
 
 
 class DynamoDbProfile(_Strict):
@@ -101,6 +113,84 @@ class LoadTestProfile(_Strict):
     api_key_secret: str = Field(pattern=DNS_1123_LABEL)
 
 
+class BatchWorkersProfile(_Strict):
+    """The batch job's worker group: a fixed number of pods (no autoscaler), for the Scan's
+    read tasks and the scoring actors."""
+
+    name: str = Field(pattern=DNS_1123_LABEL)
+    replicas: int = Field(ge=1)
+    cpu: float = Field(gt=0)
+    memory_gib: float = Field(gt=0)
+    # Plasma store per pod (/dev/shm): Ray Data streams the Scan's blocks and the scored
+    # rows through it.
+    object_store_gib: float = Field(gt=0)
+
+
+class BatchJobKnobs(_Strict):
+    """The options of `python -m app.batch` the RayJobs pass (app.config.batch_args)."""
+
+    segments: int = Field(ge=1)
+    # What every batch job together may read from the feature table per second: the jobs
+    # `kubectl apply -k k8s/batch` starts run at once, so each gets an equal share.
+    table_read_budget_per_s: float = Field(gt=0)
+    read_budget_unit: Literal["items", "read_units"]
+    batch_size: int = Field(ge=1)
+    min_actors: int = Field(ge=1)
+    max_actors: int = Field(ge=1)
+    actor_num_cpus: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_actors > self.max_actors:
+            raise ValueError("batch.job.min_actors exceeds batch.job.max_actors")
+        return self
+
+
+class BatchProfile(_Strict):
+    """The offline batch-scoring RayJobs (k8s/batch/) and their IAM role."""
+
+    # Where runs are written (`<uri>/game=<g>/version=<v>/run=<UTC time>/`) and where the
+    # supervisors look for their version's newest snapshot (OFFERS_BATCH_OUTPUT_URI).
+    output_uri: str
+    # The batch role (IRSA): Scan the table, write under the output prefix. Not the serve
+    # role, and not its ServiceAccount: each role is assumable by one account only.
+    role_name: str = Field(pattern=IAM_ROLE_NAME)
+    service_account: str = Field(pattern=DNS_1123_LABEL)
+    head: HeadProfile
+    workers: BatchWorkersProfile
+    job: BatchJobKnobs
+    active_deadline_s: int = Field(ge=1)
+    ttl_after_finished_s: int = Field(ge=0)
+    backoff_limit: int = Field(ge=0)
+
+    @field_validator("output_uri")
+    @classmethod
+    def _s3_uri(cls, value: str) -> str:
+        if not S3_OUTPUT_URI.fullmatch(value):
+            raise ValueError(
+                "batch.output_uri must be s3://<bucket>/<prefix> (a prefix of plain path "
+                "segments, no trailing slash, no `*`, `?` or `$`)"
+            )
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _store_fits(cls, value: BatchWorkersProfile) -> BatchWorkersProfile:
+        if value.object_store_gib >= value.memory_gib:
+            raise ValueError("batch.workers.object_store_gib leaves no memory for the actors")
+        return value
+
+    def bucket(self) -> str:
+        match = S3_OUTPUT_URI.fullmatch(self.output_uri)
+        assert match is not None  # validated
+        return match["bucket"]
+
+    def prefix(self) -> str:
+        match = S3_OUTPUT_URI.fullmatch(self.output_uri)
+        assert match is not None  # validated
+        return match["prefix"]
+
+
 class MonitoringProfile(_Strict):
     # Labels the PodMonitor carries: what the Prometheus operator's podMonitorSelector
     # matches (kube-prometheus-stack: `release: <its Helm release name>`).
@@ -123,6 +213,7 @@ class ProductionProfile(_Strict):
     serve: ServeOverrides
     monitoring: MonitoringProfile
     loadtest: LoadTestProfile
+    batch: BatchProfile
 
     @field_validator("workers")
     @classmethod
@@ -135,6 +226,16 @@ class ProductionProfile(_Strict):
                 "Ray's own processes"
             )
         return value
+
+    @model_validator(mode="after")
+    def _separate_identities(self) -> Self:
+        # One ServiceAccount per role: the trust policies name the account, so a shared one
+        # would give the replicas the batch role's writes, or the batch its reads, too.
+        if self.batch.service_account == self.service_account:
+            raise ValueError("batch.service_account must differ from service_account")
+        if self.batch.role_name == self.aws.serve_role_name:
+            raise ValueError("batch.role_name must differ from aws.serve_role_name")
+        return self
 
     def table_arn(self) -> str:
         return (

@@ -21,6 +21,7 @@ import yaml
 
 from app.k8s import dockerfile, iam, objects
 from app.k8s.profile import load_profile
+from app.k8s.rayjob import BatchTarget, batch_documents
 from app.k8s.rayservice import API_KEY_FILE_KEY, image_tag, rayservice
 from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
@@ -159,8 +160,18 @@ def render(
         ),
         header,
     )
+    # The batch RayJobs (k8s/batch/, applied on their own), one per served version.
+    batch = batch_documents(
+        profile,
+        [BatchTarget(p, g, v) for p, g, v in served],
+        image=image,
+        ray_version=pins.ray_version,
+    )
+    files.update({name: to_yaml(doc, header) for name, doc in batch.items()})
     files["iam/serve-policy.json"] = to_json(iam.serve_policy(profile))
     files["iam/serve-trust-policy.json"] = to_json(iam.serve_trust_policy(profile))
+    files["iam/batch-policy.json"] = to_json(iam.batch_policy(profile))
+    files["iam/batch-trust-policy.json"] = to_json(iam.batch_trust_policy(profile))
     files["Dockerfile"] = dockerfile.dockerfile(
         ray_version=pins.ray_version,
         python=pins.python,

@@ -9,7 +9,9 @@ The applications stay the local config's, in the same order, with only these ove
 - `logging_config.encoding` (JSON, for the cluster's log shipper);
 - every ensemble application's `runtime_env.env_vars`: the local DynamoDB endpoint (dynalite)
   and every AWS_* variable are dropped (credentials come from IRSA), the table and region
-  are the profile's; an API key digest there is refused (the cluster mounts it);
+  are the profile's, and OFFERS_BATCH_OUTPUT_URI is the batch jobs' output (`batch.output_uri`:
+  the supervisors load their version's newest snapshot from there); an API key digest there
+  is refused (the cluster mounts it);
 - every ensemble application's `args` deep-merged with `serve.ensemble_args` (the
   production member layout and sizing), every router's with `serve.router_args`.
 """
@@ -98,4 +100,5 @@ def _production_runtime_env(
     env = {k: v for k, v in local.items() if k not in LOCAL_ONLY_ENV and not k.startswith("AWS_")}
     env["OFFERS_DYNAMODB_TABLE"] = profile.dynamodb.table
     env["OFFERS_AWS_REGION"] = profile.aws.region
+    env["OFFERS_BATCH_OUTPUT_URI"] = profile.batch.output_uri
     return {**runtime_env, "env_vars": env}

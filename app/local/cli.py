@@ -5,6 +5,8 @@
     offers seed      [--config serve_config.yaml] [--players 10000]
     offers run-local [--config serve_config.yaml] [--players 10000] [--metrics-port 8080]
                      [--dashboard-port 8265]
+    offers batch     --game G --version V [--config serve_config.yaml] [--players 10000]
+                     [-- offers-batch options]
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -13,7 +15,11 @@ in .local/, git-ignored), creates and seeds the table if needed, starts a one-no
 fixed metrics and dashboard ports (app.local.ray_head), then runs `serve run` against it in
 the foreground with Serve's process settings. Ctrl-C stops Serve, then Ray, then dynalite.
 Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app's
-`args.artifacts_root` says otherwise.
+`args.artifacts_root` says otherwise. `batch` (what `make batch` calls) scores every player of
+one served version with the Ray Data job (`offers-batch`, app.batch) against the local
+dynalite: the running one of `make run` if its port answers, else one it starts (and seeds)
+and stops. Runs go to OFFERS_BATCH_OUTPUT_URI (default .local/batch), where `make run`'s
+supervisors pick up the snapshot.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from pydantic import ValidationError
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
-from app.local.dynalite import PROJECT_ROOT, Dynalite, local_client
+from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, Dynalite, local_client, port_is_free
 from app.local.processes import default_sigint
 from app.local.ray_head import RayHead
 from app.local.seeding import ensure_table, seed_game
@@ -140,6 +146,39 @@ def run_local(
             return _run_serve(config, head.address, head.env)
 
 
+def batch(
+    app: ConfiguredApp, endpoint: tuple[str, int, str], players: int, extra: list[str]
+) -> int:
+    """The batch job on one served version, against the local dynalite (started if down)."""
+    host, port, table = endpoint
+    settings = app.settings
+    env = {
+        **os.environ,
+        "OFFERS_DYNAMODB_ENDPOINT_URL": f"http://{host}:{port}",
+        "OFFERS_DYNAMODB_TABLE": table,
+        "OFFERS_ARTIFACTS_ROOT": str(app.artifacts_root),
+        "OFFERS_BATCH_OUTPUT_URI": settings.batch_output_uri,
+        **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "app.batch",
+        *("--game", app.args.game, "--version", app.args.version, "--profile", app.args.profile),
+        *extra,
+    ]
+    if not port_is_free(host, port):
+        log.info("using the dynalite already on %s:%d", host, port)
+        seed([app], local_client(f"http://{host}:{port}", timeout_s=10.0), table, players)
+        return subprocess.run(command, cwd=PROJECT_ROOT, env=env, check=False).returncode
+    LOCAL_STATE.mkdir(exist_ok=True)
+    with Dynalite(
+        port, LOCAL_STATE / "dynalite", host=host, log_path=LOCAL_STATE / "dynalite.log"
+    ) as dynalite:
+        seed([app], dynalite.client(timeout_s=10.0), table, players)
+        return subprocess.run(command, cwd=PROJECT_ROOT, env=env, check=False).returncode
+
+
 def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:
     serve_cli = Path(sys.executable).with_name("serve")
     child = subprocess.Popen(
@@ -173,9 +212,15 @@ def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="offers", description=(__doc__ or "").split("\n")[0])
     commands = p.add_subparsers(dest="command", required=True)
-    for name in ("prepare", "seed", "run-local"):
+    for name in ("prepare", "seed", "run-local", "batch"):
         command = commands.add_parser(name)
         command.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+        if name == "batch":
+            command.add_argument("--game", required=True)
+            command.add_argument("--version", required=True)
+            command.add_argument(
+                "extra", nargs=argparse.REMAINDER, help="after --: offers-batch options"
+            )
         if name != "prepare":
             command.add_argument("--players", type=int, default=10_000, help="players per game")
         if name == "run-local":
@@ -229,6 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "seed":
         seed(apps, local_client(f"http://{host}:{port}", timeout_s=10.0), table, args.players)
         return 0
+    if args.command == "batch":
+        chosen = [a for a in apps if (a.args.game, a.args.version) == (args.game, args.version)]
+        if not chosen:
+            served = sorted(f"{a.args.game} {a.args.version}" for a in apps)
+            print(
+                f"offers batch: {args.config} serves no {args.game} {args.version} "
+                f"(it serves: {', '.join(served)})",
+                file=sys.stderr,
+            )
+            return 2
+        prepare(chosen)
+        extra = [a for a in args.extra if a != "--"]
+        return batch(chosen[0], (host, port, table), args.players, extra)
     return run_local(
         apps,
         (host, port, table),

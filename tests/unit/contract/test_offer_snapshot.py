@@ -93,3 +93,10 @@ def test_run_folders_sort_in_time_order():
     early = snap.run_folder(datetime(2026, 11, 22, 23, 59, 59, tzinfo=UTC))
     late = snap.run_folder(datetime(2026, 11, 23, 0, 0, 0, tzinfo=UTC))
     assert early < late == "run=20261123T000000Z"
+
+
+def test_columns_are_aligned_so_a_lookup_never_copies_the_keys():
+    for n in (1, 3, 1001):
+        snapshot = snap.parse(encode([f"p{i}" for i in range(n)], [0] * n, [0.5] * n))
+        assert snapshot.keys.flags.aligned and snapshot.propensities.flags.aligned
+        assert snapshot.keys.base is not None  # a view of the file's bytes, not a copy

@@ -58,3 +58,11 @@ def kuberay_crd_dir() -> Path:
     if os.environ.get("CI"):
         pytest.fail(f"{problem}: the KubeRay CRD schema is required under CI")
     pytest.skip(f"{problem} (outside CI): RayService schema validation not run")
+
+
+@pytest.fixture(scope="session")
+def rayjobs(committed: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The committed batch RayJobs (k8s/batch/rayjob-*.yaml), by file name."""
+    jobs = {name: doc for name, doc in committed.items() if doc.get("kind") == "RayJob"}
+    assert jobs and all(name.startswith("batch/rayjob-") for name in jobs)
+    return jobs

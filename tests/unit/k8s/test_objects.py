@@ -59,18 +59,32 @@ def test_the_strict_kubernetes_check_is_not_vacuous(committed):
         kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
 
 
-def test_the_serve_role_reads_only_the_one_table(profile):
+def test_the_serve_role_reads_only_the_one_table_and_the_batch_snapshots(profile):
     policy = json.loads((DEFAULT_OUT / "iam" / "serve-policy.json").read_text())
     statements = policy["Statement"]
     assert statements and all(s["Effect"] == "Allow" for s in statements)
-    actions = {a for s in statements for a in s["Action"]}
-    assert actions == {"dynamodb:GetItem", "dynamodb:BatchGetItem"}
-    resources = {r for s in statements for r in s["Resource"]}
+    actions = [a for s in statements for a in s["Action"]]
+    assert sorted(actions) == sorted(
+        ["dynamodb:GetItem", "dynamodb:BatchGetItem", "s3:GetObject", "s3:ListBucket"]
+    )
+    assert not [a for a in actions if "*" in a]  # no wildcard action
     aws = profile.aws
     table_arn = f"arn:aws:dynamodb:{aws.region}:{aws.account_id}:table/{profile.dynamodb.table}"
-    assert resources == {table_arn}
-    assert "*" not in json.dumps(policy)  # no wildcard action, table, index or stream
-    assert all(set(s) <= {"Sid", "Effect", "Action", "Resource"} for s in statements)
+    dynamodb = [s for s in statements if s["Action"][0].startswith("dynamodb:")]
+    assert {r for s in dynamodb for r in s["Resource"]} == {table_arn}
+    assert "*" not in json.dumps(dynamodb)  # no wildcard table, index or stream
+    # S3 (the precomputed tier): read-only, the snapshot files under the batch output prefix,
+    # listing only under it (tests/unit/k8s/test_batch.py runs the reader against this).
+    bucket, prefix = profile.batch.bucket(), profile.batch.prefix()
+    s3 = {s["Action"][0]: s for s in statements if s["Action"][0].startswith("s3:")}
+    assert s3["s3:GetObject"]["Resource"] == [f"arn:aws:s3:::{bucket}/{prefix}/*/_offers.snapshot"]
+    assert s3["s3:ListBucket"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
+    assert s3["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+    assert all(len(s["Action"]) == 1 for s in s3.values())
+    assert all(set(s) <= {"Sid", "Effect", "Action", "Resource", "Condition"} for s in statements)
+    assert ["Condition" in s for s in statements] == [
+        "s3:ListBucket" in s["Action"] for s in statements
+    ]
 
 
 def test_only_the_services_account_can_assume_the_role(profile, committed, rayservice):

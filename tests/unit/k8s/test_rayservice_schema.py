@@ -6,54 +6,17 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any
 
-import jsonschema
 import pytest
-import yaml
+
+from tests.unit.k8s.schema import crd_validator, errors
 
 pytestmark = pytest.mark.unit
-
-
-def strict(schema: Any) -> Any:
-    """The CRD schema with unknown fields refused, as `kubectl apply --validate=strict` does.
-
-    The API server prunes fields a structural schema does not declare, silently: a misspelt
-    `enableInTreeAutoScaling` would be dropped and autoscaling left off. So every object
-    schema that lists its properties and does not preserve unknown fields gets
-    `additionalProperties: false`.
-    """
-    if isinstance(schema, list):
-        return [strict(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: strict(v) for k, v in schema.items()}
-    if (
-        "properties" in out
-        and "additionalProperties" not in out
-        and not out.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        out["additionalProperties"] = False
-    return out
-
-
-def crd_validator(crd_dir, kind_file: str) -> jsonschema.Draft7Validator:
-    crd = yaml.safe_load((crd_dir / kind_file).read_text())
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    assert v1["served"] and v1["storage"]
-    return jsonschema.Draft7Validator(strict(v1["schema"]["openAPIV3Schema"]))
 
 
 @pytest.fixture(scope="module")
 def validator(kuberay_crd_dir):
     return crd_validator(kuberay_crd_dir, "ray.io_rayservices.yaml")
-
-
-def errors(validator, document) -> list[str]:
-    return [
-        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-        for e in validator.iter_errors(document)
-    ]
 
 
 def test_the_rayservice_matches_the_kuberay_v1_crd(validator, rayservice):

@@ -100,6 +100,8 @@ def test_applications_are_the_local_ones_with_only_the_documented_overrides(
                 },
                 "OFFERS_DYNAMODB_TABLE": profile.dynamodb.table,
                 "OFFERS_AWS_REGION": profile.aws.region,
+                # Where the batch RayJobs write: the supervisors load their snapshot there.
+                "OFFERS_BATCH_OUTPUT_URI": profile.batch.output_uri,
             }
         else:
             assert local["import_path"] == ROUTER_IMPORT_PATH

@@ -1,0 +1,53 @@
+"""KubeRay CRD schemas as strict JSON-schema validators (shared by the RayService and RayJob
+tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+# CRDs the shared KubeRay folder does not hold, vendored unmodified (crds/README.md).
+VENDORED_CRDS = Path(__file__).parent / "crds"
+
+
+def strict(schema: Any) -> Any:
+    """The CRD schema with unknown fields refused, as `kubectl apply --validate=strict` does.
+
+    The API server prunes fields a structural schema does not declare, silently: a misspelt
+    `enableInTreeAutoScaling` would be dropped and autoscaling left off. So every object
+    schema that lists its properties and does not preserve unknown fields gets
+    `additionalProperties: false`.
+    """
+    if isinstance(schema, list):
+        return [strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: strict(v) for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def v1_schema(crd_dir: Path, kind_file: str) -> dict[str, Any]:
+    crd = yaml.safe_load((crd_dir / kind_file).read_text())
+    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    assert v1["served"] and v1["storage"]
+    return v1["schema"]["openAPIV3Schema"]
+
+
+def crd_validator(crd_dir: Path, kind_file: str) -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(strict(v1_schema(crd_dir, kind_file)))
+
+
+def errors(validator: jsonschema.Draft7Validator, document: Any) -> list[str]:
+    return [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(document)
+    ]
