@@ -60,6 +60,11 @@ batch: setup
 	@test -n "$(GAME)" -a -n "$(VERSION)" || { echo "usage: make batch GAME=<game> VERSION=<version>"; exit 2; }
 	$(BIN)/offers batch --config $(CONFIG) --game $(GAME) --version $(VERSION) --players $(PLAYERS) -- $(BATCH_ARGS)
 
+# The batch job against the model-compute limit on a seeded dynalite (>= 100,000 players),
+# in interleaved rounds; loadtest/results/<timestamp>-batch/report.json (README, Batch).
+batch-bench: setup
+	$(BIN)/python -m loadtest.batch_bench $(BATCH_BENCH_ARGS)
+
 # Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
 test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from threadpoolctl import threadpool_limits
 
 from app.adapters.member_model import MemberModel
 from app.batch.datasource import PLAYER_ID, feature_columns
@@ -44,7 +45,11 @@ class ScorePlayers:
         rows = np.column_stack([batch[name] for name in self._features]).astype(
             np.float32, copy=False
         )
-        scored = self._scorer.score(rows)
+        # Ray Data calls this on a thread of its own, and OpenMP's thread cap is per calling
+        # thread: the cap MemberModel.load set does not reach it, so HistGradientBoosting
+        # would run a team as wide as the machine in every actor, against the other actors.
+        with threadpool_limits(limits=1, user_api="openmp"):
+            scored = self._scorer.score(rows)
         n = rows.shape[0]
         return pa.table(
             {
