@@ -7,7 +7,8 @@
 Reads the feature table named by the OFFERS_ settings (OFFERS_DYNAMODB_TABLE,
 OFFERS_DYNAMODB_ENDPOINT_URL, ...), writes Parquet under OFFERS_BATCH_OUTPUT_URI (or
 --output-uri), shows Ray Data's progress, prints a summary, and ends with `output: <folder>`.
-Connects to the Ray cluster in RAY_ADDRESS (a RayJob sets it), else starts a local one.
+Connects to the Ray cluster in RAY_ADDRESS (a RayJob sets it), else starts a local one; the
+driver's OFFERS_* and AWS_* variables go to the job's workers (runtime_env).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import logging
 import os
 import sys
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -56,6 +58,13 @@ def to_args(ns: argparse.Namespace) -> BatchJobArgs:
     return BatchJobArgs.model_validate({k: v for k, v in values.items() if v is not None})
 
 
+def job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The driver's OFFERS_ and AWS_ variables, for the job's workers: on a cluster that
+    was started without them (a local `ray start`, the reliability runner's), a read task
+    must see the table and credentials the driver was given."""
+    return {k: v for k, v in environ.items() if k.startswith(("OFFERS_", "AWS_"))}
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     ns = cli.parse_args(argv)
@@ -71,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.batch.job import run
 
-    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", log_to_driver=False)
+    ray.init(
+        address=os.environ.get("RAY_ADDRESS") or "local",
+        log_to_driver=False,
+        runtime_env={"env_vars": job_env(os.environ)},
+    )
     try:
         summary = run(args)
     finally:
