@@ -37,6 +37,7 @@ import yaml
 
 from app.config.settings import get_settings
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.ray_auth import auth_header
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest.cluster import LocalCluster
@@ -65,16 +66,10 @@ class Sample:
     running: int
 
 
-def auth_headers() -> dict[str, str]:
-    """Ray 2.60's token auth: the token `ray start` wrote for this user."""
-    token = Path.home() / ".ray" / "auth_token"
-    return {"Authorization": f"Bearer {token.read_text().strip()}"} if token.is_file() else {}
-
-
 def poll_replicas(dashboard: str, app: str) -> dict[str, tuple[int, int]]:
     """deployment -> (target replicas, running replicas), from Serve's REST API."""
     body = requests.get(
-        f"{dashboard}/api/serve/applications/", headers=auth_headers(), timeout=5
+        f"{dashboard}/api/serve/applications/", headers=auth_header(), timeout=5
     ).json()
     deployments = body["applications"][app]["deployments"]
     return {
@@ -246,7 +241,7 @@ def run(args: argparse.Namespace) -> Path:
         with LocalCluster(folder, head_cpus=args.logical_cpus) as cluster:
             cluster.deploy(config, [shipped["name"]])
             details = requests.get(
-                f"{cluster.dashboard}/api/serve/applications/", headers=auth_headers(), timeout=5
+                f"{cluster.dashboard}/api/serve/applications/", headers=auth_header(), timeout=5
             ).json()["applications"][shipped["name"]]["deployments"]
             cpus = {
                 n: float(d["deployment_config"]["ray_actor_options"]["num_cpus"])

@@ -38,6 +38,7 @@ from typing import Any
 import psutil
 
 from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, Dynalite, free_port
+from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from models.train import ensure_trained
 
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
             "OFFERS_DYNAMODB_TABLE": TABLE,
             **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
         }
-        os.environ.update(env)
+        # ray.init() of a new local cluster: with the project's token, not one under ~/.ray.
+        os.environ.update({**env, **ray_auth_env()})
         ray.init(
             address="local",
             num_cpus=int(cpus),

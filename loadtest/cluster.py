@@ -24,12 +24,16 @@ import yaml
 
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.local.dynalite import free_port
+from app.local.ray_auth import ray_auth_env
 from loadtest.systems import BIN, ManagedProcess, SystemFailed
 
-# Ray 2.60 turns token auth on for new clusters; the serve CLI sends the token only when
-# told the cluster uses it.
-CLI_ENV = {**os.environ, **SERVE_PROCESS_ENV, "RAY_AUTH_MODE": "token"}
 WORKER_RESOURCE = "reliability_worker"
+
+
+def cli_env() -> dict[str, str]:
+    """Where the nodes start and what the CLI calls send: Serve's process settings, and the
+    project's token (`ray start` makes none; the serve CLI sends it only when told to)."""
+    return {**os.environ, **SERVE_PROCESS_ENV, **ray_auth_env()}
 
 
 class LocalCluster:
@@ -74,7 +78,7 @@ class LocalCluster:
                 "--disable-usage-stats",
                 *self._node_ports(),
             ],
-            CLI_ENV,
+            cli_env(),
             self.folder / "ray-head.log",
         )
         self.head.start()
@@ -95,7 +99,7 @@ class LocalCluster:
                 "--disable-usage-stats",
                 *self._node_ports(),
             ],
-            CLI_ENV,
+            cli_env(),
             self.folder / "ray-worker.log",
         )
         self.worker.start()
@@ -137,7 +141,7 @@ class LocalCluster:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=CLI_ENV,
+            env=cli_env(),
         )
 
     def deploy(self, config: Path, apps: list[str], timeout_s: float = 600) -> None:

@@ -51,7 +51,7 @@ from app.config.settings import get_settings
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
-from loadtest.cluster import CLI_ENV, LocalCluster
+from loadtest.cluster import LocalCluster, cli_env
 from loadtest.open_loop import (
     Caller,
     Shot,
@@ -237,7 +237,7 @@ def run_batch(
 ) -> dict[str, Any]:
     """`python -m app.batch` for the served version, on the cluster, into `root`."""
     env = {
-        **CLI_ENV,
+        **cli_env(),
         **dynamo_env(endpoint_url, TABLE),
         "OFFERS_BATCH_OUTPUT_URI": str(root),
         "RAY_ADDRESS": f"127.0.0.1:{cluster.gcs_port}",

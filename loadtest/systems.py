@@ -18,6 +18,7 @@ import yaml
 
 from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT
 from app.local.processes import default_sigint
+from app.local.ray_auth import ray_auth_env
 from loadtest import variants
 from loadtest.variants import Variant
 
@@ -284,8 +285,10 @@ class EnsembleSystem(System):
         self.extra_env = extra_env or {}
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
+        # `serve run` starts a local Ray: with the project's token, not one under ~/.ray.
         return [str(BIN / "serve"), "run", str(self.config_path)], {
             **os.environ,
+            **ray_auth_env(),
             **self.extra_env,
         }
 

@@ -7,7 +7,10 @@ of its own.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from app.contract.artifacts import version_dir
@@ -42,6 +45,36 @@ def ensure_trained(
             train_version(game, version, profile, staging, config_hash)
             storage.publish(staging, target)
     return target
+
+
+def ensure_trained_all(targets: Sequence[tuple[str, str, str, Path]]) -> list[Path]:
+    """ensure_trained for each (game, version, profile, root), the ones to train in parallel.
+
+    Training a version keeps one core busy (a standard version here: 23.6 s of CPU in
+    24.6 s), so the versions that need it train in processes of their own, one per core:
+    on 2 cores `make run` trains its two versions in the time of one. Spawned, not forked: a
+    caller that already loaded XGBoost or scikit-learn holds OpenMP state a fork would copy.
+    """
+    for target in targets:
+        check_game(target[0])
+    stale = [
+        t
+        for t in targets
+        if not storage.is_current(
+            version_dir(Path(t[3]), t[2], t[0], t[1]), recipes.training_config_hash(*t[:3])
+        )
+    ]
+    if len(stale) > 1:
+        workers = min(len(stale), os.cpu_count() or 1)
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            runs = [pool.submit(ensure_trained, g, v, p, root=r) for g, v, p, r in stale]
+            for run in runs:
+                run.result()
+    return [
+        ensure_trained(game, version, profile, root=root)
+        for game, version, profile, root in targets
+    ]
 
 
 def train_version(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from app.config.settings import Settings
 from app.local.dynalite import Dynalite, free_port
+from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from models.train import ensure_trained
 
@@ -15,6 +17,15 @@ TEST_GAME = "galaxy-raiders"
 TEST_VERSION = "2026-11"
 TEST_PLAYERS = 600  # the batch parity test compares 500 of them
 TEST_TABLE = "player-features-test"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every Ray a test starts (ray.init, `serve run`, `ray start`) uses the project's token.
+
+    Without it, a test's ray.init() would write ~/.ray/auth_token, and a later `ray start`
+    would pass only because of it: a test would depend on which ran first.
+    """
+    os.environ.update(ray_auth_env())
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,7 @@
                      [--dashboard-port 8265]
     offers batch     --game G --version V [--config serve_config.yaml] [--players 10000]
                      [-- offers-batch options]
+    offers ray-env   (prints `export` lines: eval "$(offers ray-env)" before `ray start`)
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -19,7 +20,9 @@ Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app'
 one served version with the Ray Data job (`offers-batch`, app.batch) against the local
 dynalite: the running one of `make run` if its port answers, else one it starts (and seeds)
 and stops. Runs go to OFFERS_BATCH_OUTPUT_URI (default .local/batch), where `make run`'s
-supervisors pick up the snapshot.
+supervisors pick up the snapshot. `ray-env` prints the token-auth settings of the project's
+clusters (app.local.ray_auth), making the project's token file if it is missing, for a
+cluster started by hand and for `serve deploy`/`serve status` against `make run`'s.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, Dynalite, local_client, port_is_free
 from app.local.processes import default_sigint
+from app.local.ray_auth import ray_auth_env, shell_exports
 from app.local.ray_head import RayHead
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import (
@@ -54,7 +58,7 @@ from app.local.serve_config import (
 )
 from models import recipes
 from models.catalog import GAMES
-from models.train import ensure_trained
+from models.train import ensure_trained, ensure_trained_all
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 LOCAL_STATE = PROJECT_ROOT / ".local"
@@ -83,12 +87,13 @@ def train(targets: list[tuple[str, str]], profile: str, *, force: bool) -> None:
 
 
 def prepare(apps: list[ConfiguredApp]) -> None:
-    """Train (or find cached) every ensemble version the config serves; check its overrides."""
-    for app in apps:
-        started = time.perf_counter()
-        folder = ensure_trained(
-            app.args.game, app.args.version, app.args.profile, root=app.artifacts_root
-        )
+    """Train (or find cached) every ensemble version the config serves, the ones to train in
+    parallel; check its overrides."""
+    started = time.perf_counter()
+    folders = ensure_trained_all(
+        [(a.args.game, a.args.version, a.args.profile, a.artifacts_root) for a in apps]
+    )
+    for app, folder in zip(apps, folders, strict=True):
         log.info("models ready: %s (%.1fs)", folder, time.perf_counter() - started)
         check_deployment_overrides(app)
 
@@ -159,6 +164,9 @@ def batch(
         "OFFERS_ARTIFACTS_ROOT": str(app.artifacts_root),
         "OFFERS_BATCH_OUTPUT_URI": settings.batch_output_uri,
         **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
+        # The job's ray.init() starts a local cluster: with the project's token, not one
+        # Ray would write under ~/.ray.
+        **ray_auth_env(),
     }
     command = [
         sys.executable,
@@ -226,6 +234,7 @@ def parser() -> argparse.ArgumentParser:
         if name == "run-local":
             command.add_argument("--metrics-port", type=int, default=METRICS_PORT)
             command.add_argument("--dashboard-port", type=int, default=DASHBOARD_PORT)
+    commands.add_parser("ray-env", help="token-auth exports for the project's Ray clusters")
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -243,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
+    if args.command == "ray-env":
+        print(shell_exports())
+        return 0
     if args.command == "train":
         if not args.all and not (args.game and args.version):
             cli.error("give --game and --version, or --all")

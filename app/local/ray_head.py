@@ -24,9 +24,7 @@ from types import TracebackType
 
 from app.local.dynalite import free_port, port_is_free
 from app.local.processes import default_sigint
-
-# Ray 2.60 turns token auth on for new clusters; its CLI sends the token only when told to.
-AUTH_ENV = {"RAY_AUTH_MODE": "token"}
+from app.local.ray_auth import ray_auth_env
 
 
 class RayHeadFailed(RuntimeError):
@@ -45,7 +43,9 @@ class RayHead:
         num_cpus: int | None = None,
     ) -> None:
         self._bin = bin_dir
-        self.env = {**env, **AUTH_ENV}
+        # Token auth with the project's own token (app.local.ray_auth): `ray start` never
+        # makes one, and `serve deploy`/`serve status` send it only when told to.
+        self.env = {**env, **ray_auth_env()}
         self.log_path = log_path
         self.metrics_port = metrics_port
         self.dashboard_port = dashboard_port

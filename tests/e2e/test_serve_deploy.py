@@ -9,7 +9,9 @@ in the replicas' environment.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,13 +28,14 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port, port_is_free
+from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, local_endpoint
 from app.serving.member_layout import plan_groups
 from loadtest.locust_runner import LoadTarget, run_locust
 from loadtest.systems import ManagedProcess
 from models.population import player_id
-from models.train import ensure_trained
+from models.train import ensure_trained_all
 
 pytestmark = pytest.mark.e2e
 
@@ -41,12 +44,14 @@ DASHBOARD = "http://127.0.0.1:8265"
 HTTP_BASE = "http://127.0.0.1:8000"
 PLAYERS = 200
 BIN = Path(sys.executable).parent
-# Ray 2.60 turns token auth on for new local clusters (`ray start` writes ~/.ray/auth_token);
-# the serve CLI only sends that token when told the cluster uses token auth.
-# As the README deploys: Serve's process settings (SERVE_PROCESS_ENV) set where Ray starts.
-CLI_ENV = {**SERVE_PROCESS_ENV, **os.environ, "RAY_AUTH_MODE": "token"}
 API_KEY = "e2e-game-server-key"
 AUTH_PREFIX = "/auth-check/2026-11"
+
+
+def cli_env() -> dict[str, str]:
+    """As the README deploys: Serve's process settings where Ray starts, and the project's
+    token (`ray start` makes none; the serve CLI sends it only when told to)."""
+    return {**SERVE_PROCESS_ENV, **os.environ, **ray_auth_env()}
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
@@ -56,7 +61,7 @@ def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.Comp
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=CLI_ENV,
+        env=cli_env(),
     )
     if check and result.returncode != 0:
         pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
@@ -94,10 +99,8 @@ def with_auth_app(tmp_path: Path, tiny_version_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def deployed_cluster(tmp_path_factory, tiny_version_dir):
     apps = configured_apps(CONFIG)
-    for app in apps:
-        ensure_trained(
-            app.args.game, app.args.version, app.args.profile, root=Settings().artifacts_root
-        )
+    root = Settings().artifacts_root
+    ensure_trained_all([(a.args.game, a.args.version, a.args.profile, root) for a in apps])
     host, port, table = local_endpoint(apps)
     busy = [p for p in (port, 8000, 8265) if not port_is_free("127.0.0.1", p)]
     if busy:
@@ -131,7 +134,7 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
                 "--dashboard-port=8265",
                 "--disable-usage-stats",
             ],
-            CLI_ENV,
+            cli_env(),
             folder / "ray-start.log",
         )
         ray.start()
@@ -141,7 +144,8 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
             status = _wait_running([*(a.name for a in apps), ROUTER_APP, "auth-check"])
             yield apps, status, client, table, (temp_dir, gcs_port)
         finally:
-            cli("serve", "shutdown", "--yes", "--address", DASHBOARD, check=False)
+            # Stopping `ray start --block` stops every process of this cluster, replicas
+            # included; a `serve shutdown` first only drained them one by one (~30 s).
             ray.stop()
             shutil.rmtree(temp_dir, ignore_errors=True)
 
@@ -200,6 +204,43 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
         body = response.json()
         assert body["personalized"] is True
         assert body["members_answered"] == body["members_total"] == len(manifest.members) >= 12
+
+
+def readme_quickstart() -> tuple[str, dict]:
+    """The README's `# try it` command and the example answer printed right after it."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    found = re.search(r"```bash\n# try it\n(.*?)```.*?```json\n(.*?)```", text, re.S)
+    assert found, "README.md has no ```bash block starting `# try it` followed by a ```json one"
+    return found.group(1), json.loads(found.group(2))
+
+
+def same_fields(shown: dict, answered: dict, where: str = "answer") -> list[str]:
+    """Where the README's example and a live answer differ in their fields (nested too)."""
+    problems = []
+    if set(shown) != set(answered):
+        problems.append(
+            f"{where}: README shows {sorted(set(shown) - set(answered))} not answered, "
+            f"answered {sorted(set(answered) - set(shown))} not shown"
+        )
+    for key in set(shown) & set(answered):
+        if isinstance(shown[key], dict) and shown[key] and isinstance(answered[key], dict):
+            problems += same_fields(shown[key], answered[key], f"{where}.{key}")
+    return problems
+
+
+def test_the_readme_quickstart_curl_answers_with_the_fields_it_shows(deployed_cluster):
+    command, shown = readme_quickstart()
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", command],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert same_fields(shown, answer) == []
+    assert answer["personalized"] is True and answer["tier"] == "online"
 
 
 def test_shipped_layout_holds_a_short_load_without_failures(deployed_cluster, tmp_path):

@@ -1,8 +1,9 @@
 """A real Prometheus scrapes a running deployment: both versions and the game router.
 
 The cluster is started the way `make run` starts it (app.local.ray_head: a one-node Ray with
-a fixed metrics port), the config is serve_config.yaml with the tiny profile, one replica
-per deployment, and one member weighted out in the canary. The test sends a known set of
+a fixed metrics port), from an empty HOME as on a machine where Ray never ran. The config is
+serve_config.yaml with the tiny profile, one replica per deployment, and one member weighted
+out in the canary. The test sends a known set of
 logins and checks that PromQL over each custom metric returns exactly what those logins
 imply; then, under a light steady load, that every panel of the Grafana dashboard returns
 data from that Prometheus.
@@ -17,6 +18,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ import yaml
 from app.contract import metrics as spec
 from app.local.dashboard import panels
 from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
+from app.local.ray_auth import TOKEN_FILE, auth_header
 from app.local.ray_head import RayHead
 from loadtest.prometheus import Prometheus, values
 from models.population import player_id
@@ -82,20 +85,26 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@dataclass(frozen=True)
+class LocalHead:
+    head: RayHead
+    home: Path  # the HOME its processes were given: empty, as on a machine Ray never ran on
+
+
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory, dynalite_server, tiny_version_dir):
-    """(base URL, Prometheus) for the deployed config; everything is stopped afterwards."""
-    for version in VERSIONS:
-        ensure_trained(TEST_GAME, version, "tiny", root=tiny_version_dir.parents[2])
-    folder = tmp_path_factory.mktemp("metrics")
-    http_port = free_port()
-    config = folder / "serve_config.yaml"
-    tiny_config(config, http_port, dynalite_server.endpoint_url, tiny_version_dir.parents[2])
+def local_head(tmp_path_factory):
+    """The one-node Ray of `make run` (app.local.ray_head), started as a new user would:
+    a HOME with nothing in it and no token settings of Ray's in the environment."""
+    folder = tmp_path_factory.mktemp("metrics-head")
+    home = folder / "home"
+    home.mkdir()
     # Export every 1 s (Ray's default is 10 s) so the test does not wait on the exporter.
     # The replicas' settings come from the config's runtime_env only: other fixtures of the
     # session set OFFERS_* in this process (e.g. a feature cache TTL of 0).
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("OFFERS_")}
-    env = {**inherited, "RAY_metrics_report_interval_ms": "1000"}
+    inherited = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OFFERS_", "RAY_AUTH"))
+    }
+    env = {**inherited, "HOME": str(home), "RAY_metrics_report_interval_ms": "1000"}
     head = RayHead(
         BIN,
         env,
@@ -105,13 +114,26 @@ def scraped(tmp_path_factory, dynalite_server, tiny_version_dir):
         num_cpus=2,
     )
     with head:
-        result = cli(head.env, "serve", "deploy", str(config), "--address", head.dashboard_url)
-        assert result.returncode == 0, result.stderr[-3000:]
-        base = f"http://127.0.0.1:{http_port}"
-        _wait_healthy([f"{base}/{TEST_GAME}/{v}/healthz" for v in VERSIONS], head, result)
-        with Prometheus([f"127.0.0.1:{head.metrics_port}"], log_path=folder / "prom.log") as prom:
-            prom.wait_for("up", lambda r: values(r) == [1.0], timeout_s=30)
-            yield base, prom
+        yield LocalHead(head, home)
+
+
+@pytest.fixture(scope="module")
+def scraped(tmp_path_factory, local_head, dynalite_server, tiny_version_dir):
+    """(base URL, Prometheus) for the deployed config; everything is stopped afterwards."""
+    for version in VERSIONS:
+        ensure_trained(TEST_GAME, version, "tiny", root=tiny_version_dir.parents[2])
+    folder = tmp_path_factory.mktemp("metrics")
+    http_port = free_port()
+    config = folder / "serve_config.yaml"
+    tiny_config(config, http_port, dynalite_server.endpoint_url, tiny_version_dir.parents[2])
+    head = local_head.head
+    result = cli(head.env, "serve", "deploy", str(config), "--address", head.dashboard_url)
+    assert result.returncode == 0, result.stderr[-3000:]
+    base = f"http://127.0.0.1:{http_port}"
+    _wait_healthy([f"{base}/{TEST_GAME}/{v}/healthz" for v in VERSIONS], head, result)
+    with Prometheus([f"127.0.0.1:{head.metrics_port}"], log_path=folder / "prom.log") as prom:
+        prom.wait_for("up", lambda r: values(r) == [1.0], timeout_s=30)
+        yield base, prom
 
 
 def _wait_healthy(urls: list[str], head: RayHead, deploy, timeout_s: float = 300) -> None:
@@ -140,6 +162,27 @@ def by(prom: Prometheus, promql: str, label: str) -> dict[str, float]:
     return {
         sample["metric"].get(label, ""): float(sample["value"][1]) for sample in prom.query(promql)
     }
+
+
+def settled_by(
+    prom: Prometheus, promql: str, labels: tuple[str, ...], expected: dict, timeout_s: float = 60
+) -> None:
+    """Wait until the query's samples, keyed by `labels`, are exactly `expected`.
+
+    Each replica process exports its own metrics on its own timer (every 1 s here), and the
+    router is a different process from the supervisors: a count that settled in one of them
+    says nothing about the others, so every query waits for what it asserts.
+    """
+
+    def key(sample: dict) -> tuple[str, ...] | str:
+        found = tuple(sample["metric"].get(label, "") for label in labels)
+        return found[0] if len(found) == 1 else found
+
+    prom.wait_for(
+        promql,
+        lambda r: {key(s): float(s["value"][1]) for s in r} == expected,
+        timeout_s=timeout_s,
+    )
 
 
 def settled(prom: Prometheus, promql: str, expected: float, timeout_s: float = 60) -> float:
@@ -183,8 +226,8 @@ def test_each_custom_metric_counts_what_the_requests_imply(scraped):
     assert sum(a["members_answered"] for a in scored) == expected_sum
 
     # Missing members: the weighted-out member, once per canary login it was scored for.
-    missing = by(prom, f"sum by (reason) ({spec.MEMBER_MISSING.exported})", "reason")
-    assert missing == {"weighted_out": canary_scored}
+    q = f"sum by (reason) ({spec.MEMBER_MISSING.exported})"
+    settled_by(prom, q, ("reason",), {"weighted_out": float(canary_scored)})
 
     # Per-member latency: one observation per fan-out round (sequential logins: one round
     # per scored login) for each member of that version.
@@ -208,8 +251,8 @@ def test_each_custom_metric_counts_what_the_requests_imply(scraped):
         assert values(prom.query(f'sum({rows}_bucket{{le="{float(lower)}"}})')) == [0]
 
     # Feature cache: one lookup per login; the second login of each known player is a hit.
-    cache = by(prom, f"sum by (result) ({spec.FEATURE_CACHE.exported})", "result")
-    assert cache == {"hit": len(known), "miss": len(known) + len(unknown)}
+    q = f"sum by (result) ({spec.FEATURE_CACHE.exported})"
+    settled_by(prom, q, ("result",), {"hit": len(known), "miss": len(known) + len(unknown)})
 
     # DynamoDB reads: every miss was read, all successfully.
     reads = by(prom, f"sum by (outcome) ({spec.DYNAMODB_READ.exported}_count)", "outcome")
@@ -219,14 +262,11 @@ def test_each_custom_metric_counts_what_the_requests_imply(scraped):
     breaker = prom.wait_for(spec.BREAKER_OPEN.exported, lambda r: len(r) == 2, timeout_s=30)
     assert values(breaker) == [0.0, 0.0]
 
-    # The version split's choices: every login, as assigned, none rerouted.
-    routed = prom.query(f"sum by (assigned, answered, reason) ({spec.VERSION_ROUTED.exported})")
-    assert {
-        (s["metric"]["assigned"], s["metric"]["answered"], s["metric"]["reason"]): float(
-            s["value"][1]
-        )
-        for s in routed
-    } == {(v, v, "none"): float(n) for v, n in by_version.items()}
+    # The version split's choices: every login, as assigned, none rerouted. The router's
+    # process exports on its own timer: read before it had, one login was once missing.
+    q = f"sum by (assigned, answered, reason) ({spec.VERSION_ROUTED.exported})"
+    expected = {(v, v, "none"): float(n) for v, n in by_version.items()}
+    settled_by(prom, q, ("assigned", "answered", "reason"), expected)
 
 
 def test_every_dashboard_panel_has_data_under_load(scraped):
@@ -271,3 +311,21 @@ def test_every_dashboard_panel_has_data_under_load(scraped):
 
 def _has_data(prom: Prometheus, promql: str) -> bool:
     return any(not math.isnan(v) for v in values(prom.query(promql)))
+
+
+def test_the_local_head_starts_and_answers_from_an_empty_home(local_head):
+    """Ray 2.60's `ray start` never makes a token: the head brings the project's own
+    (app.local.ray_auth), and nothing is written under the HOME it was given. Last in the
+    module, so that in a full run the HOME is checked after a deploy and a scrape as well."""
+    head = local_head.head
+    assert head.env["RAY_AUTH_TOKEN_PATH"] == str(TOKEN_FILE)
+    # Token auth is on: refused without the token, answered with the project's.
+    url = f"{head.dashboard_url}/api/serve/applications/"
+    assert requests.get(url, timeout=10).status_code == 401
+    answered = requests.get(url, headers=auth_header(), timeout=10)
+    assert answered.status_code == 200, answered.text
+    # The CLI a user runs against it, from the same empty HOME.
+    status = cli(head.env, "serve", "status", "--address", head.dashboard_url)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "applications" in status.stdout
+    assert list(local_head.home.iterdir()) == [], "nothing may be written under its HOME"

@@ -35,8 +35,14 @@ def strict(schema: Any) -> Any:
     return out
 
 
+def load_crd(data: str | bytes) -> Any:
+    """A CRD document; libyaml's loader parses these 10-25k-line files ~10x faster than
+    PyYAML's pure-Python one, with the same safe-load rules."""
+    return yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def v1_schema(crd_dir: Path, kind_file: str) -> dict[str, Any]:
-    crd = yaml.safe_load((crd_dir / kind_file).read_text())
+    crd = load_crd((crd_dir / kind_file).read_text())
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     assert v1["served"] and v1["storage"]
     return v1["schema"]["openAPIV3Schema"]

@@ -10,9 +10,8 @@ import hashlib
 import re
 
 import pytest
-import yaml
 
-from tests.unit.k8s.schema import VENDORED_CRDS, crd_validator, errors, v1_schema
+from tests.unit.k8s.schema import VENDORED_CRDS, crd_validator, errors, load_crd, v1_schema
 
 pytestmark = pytest.mark.unit
 
@@ -31,7 +30,7 @@ def test_the_vendored_crd_is_kuberays_file_unmodified():
     blob = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
     assert blob == UPSTREAM_BLOB
     assert UPSTREAM_BLOB in (VENDORED_CRDS / "README.md").read_text()
-    crd = yaml.safe_load(data)
+    crd = load_crd(data)
     assert crd["metadata"]["name"] == "rayjobs.ray.io"
     assert crd["spec"]["names"]["kind"] == "RayJob"
 

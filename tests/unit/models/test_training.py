@@ -23,7 +23,7 @@ from models.datasets import holdout
 from models.estimators import fit_and_save
 from models.evaluation import auc, ensemble_scores
 from models.features import feature_schema
-from models.train import ensure_trained
+from models.train import ensure_trained, ensure_trained_all
 
 pytestmark = pytest.mark.unit
 
@@ -33,11 +33,10 @@ NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An artifacts root holding the tiny profile of every game and version."""
+    """An artifacts root holding the tiny profile of every game and version (trained in
+    parallel processes, as `offers prepare` trains the versions a config serves)."""
     root = tmp_path_factory.mktemp("artifacts")
-    for game in GAMES:
-        for version in recipes.VERSIONS:
-            ensure_trained(game, version, PROFILE, root=root)
+    ensure_trained_all([(g, v, PROFILE, root) for g in GAMES for v in recipes.VERSIONS])
     return root
 
 
@@ -304,6 +303,24 @@ def test_a_second_call_reuses_the_version(folder: Path, root: Path) -> None:
     again = ensure_trained(GAME, VERSION, PROFILE, root=root)
     assert again == folder
     assert _mtimes(folder) == before
+
+
+def test_parallel_training_scores_as_training_alone_does(
+    folder: Path, manifest: Manifest, tmp_path: Path
+) -> None:
+    """Same members, same scores (the files differ run to run in their metadata bytes)."""
+    alone_folder = ensure_trained(GAME, VERSION, PROFILE, root=tmp_path)
+    alone = load_manifest(alone_folder)
+    X = holdout(GAME, recipes.version_spec(VERSION), recipes.profile(PROFILE)).test.X[:300]
+    assert [m.name for m in alone.members] == [m.name for m in manifest.members]
+    for ours, theirs in zip(manifest.members, alone.members, strict=True):
+        np.testing.assert_allclose(
+            load_artifact(ours, folder).predict(X),
+            load_artifact(theirs, alone_folder).predict(X),
+            rtol=0,
+            atol=1e-12,
+            err_msg=ours.name,
+        )
 
 
 def test_force_retrains(root: Path, tmp_path: Path) -> None:
