@@ -36,7 +36,8 @@ import requests
 import yaml
 
 from app.config.settings import get_settings
-from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, free_port
 from app.local.ray_auth import auth_header
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps

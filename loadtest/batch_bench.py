@@ -37,7 +37,8 @@ from typing import Any
 
 import psutil
 
-from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from models.train import ensure_trained

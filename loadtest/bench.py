@@ -39,7 +39,8 @@ from typing import Any
 import psutil
 
 from app.config.settings import get_settings
-from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest import capacity

@@ -16,14 +16,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
 
 import psutil
 import requests
 import yaml
 
 from app.config.ray_env import SERVE_PROCESS_ENV
-from app.local.dynalite import free_port
+from app.local.processes import Managed, ProcessFailed, free_port
 from app.local.ray_auth import ray_auth_env
 from loadtest.systems import BIN, ManagedProcess, SystemFailed
 
@@ -36,7 +35,7 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, **SERVE_PROCESS_ENV, **ray_auth_env()}
 
 
-class LocalCluster:
+class LocalCluster(Managed):
     def __init__(self, folder: Path, *, head_cpus: int = 2, worker_cpus: int = 1) -> None:
         self.folder = folder
         self.head_cpus = head_cpus
@@ -106,19 +105,18 @@ class LocalCluster:
         self._wait_nodes(2)
 
     def _wait_dashboard(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
         assert self.head is not None
-        while True:
-            if not self.head.alive():
-                raise SystemFailed(f"ray start --head exited; see {self.head.log_path}")
+
+        def answers() -> bool:
             try:
-                if requests.get(f"{self.dashboard}/api/version", timeout=2).status_code < 500:
-                    return
+                return requests.get(f"{self.dashboard}/api/version", timeout=2).status_code < 500
             except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemFailed(f"Ray dashboard not up after {timeout_s}s")
-            time.sleep(1)
+                return False
+
+        try:
+            self.head.wait_ready(answers, timeout_s, poll_s=1.0)
+        except ProcessFailed as exc:
+            raise SystemFailed(f"the head node: {exc}") from exc
 
     def alive_nodes(self) -> int:
         result = self.cli("ray", "list", "nodes", "--format", "json", timeout=60)
@@ -191,16 +189,9 @@ class LocalCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
+        # A node that failed to start leaves the other running: stop both.
         try:
             return self.start()
         except BaseException:
             self.stop()
             raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 
 LOCUSTFILE = PROJECT_ROOT / "loadtest" / "locustfile.py"
 REAL_REQUESTS = "offers"  # the locustfile names malformed requests apart

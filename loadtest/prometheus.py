@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import requests
 import yaml
 
-from app.local.dynalite import PROJECT_ROOT, free_port
+from app.local.processes import PROJECT_ROOT, ChildProcess, Managed, ProcessFailed, free_port
 
 # Where the Makefile's setup step unpacks Debian's prometheus package.
 EXTRACTED_BIN = PROJECT_ROOT / ".local" / "prometheus" / "usr" / "bin" / "prometheus"
@@ -71,7 +69,7 @@ def values(result: Result) -> list[float]:
     return [float(sample["value"][1]) for sample in result]
 
 
-class Prometheus:
+class Prometheus(Managed):
     """A Prometheus child process; use as a context manager so it is always stopped."""
 
     def __init__(
@@ -90,7 +88,7 @@ class Prometheus:
         self.port = port
         self.binary = binary
         self.log_path = log_path  # None: inside the temp folder (the error messages quote it)
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child: ChildProcess | None = None
         self._workdir: Path | None = None
         self._session = requests.Session()  # one connection reused by every poll
 
@@ -100,7 +98,7 @@ class Prometheus:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._child.pid if self._child else None
 
     def start(self, timeout_s: float = 30.0) -> Prometheus:
         binary = self.binary or prometheus_binary()
@@ -117,40 +115,23 @@ class Prometheus:
             f"--storage.tsdb.path={self._workdir / 'data'}",
             f"--web.listen-address={self.host}:{self.port}",
         ]
-        # The child keeps its own copy of the log's descriptor. Its own session: a Ctrl-C
-        # aimed at the test run does not reach it before stop() does.
-        with log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        self._child = ChildProcess(args, log_path=log_path, name="prometheus").start()
         try:
-            self._wait_ready(timeout_s, log_path)
+            self._child.wait_ready(self._ready, timeout_s)
+        except ProcessFailed as exc:
+            self.stop()  # its temp folder too
+            raise PrometheusError(str(exc)) from exc
         except BaseException:
             # Includes Ctrl-C while starting: `with` would not call __exit__ here.
             self.stop()
             raise
         return self
 
-    def _wait_ready(self, timeout_s: float, log_path: Path) -> None:
-        assert self._process is not None
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self._process.poll() is not None:
-                raise PrometheusError(
-                    f"prometheus exited with code {self._process.returncode}: {_tail(log_path)}"
-                )
-            try:
-                if self._session.get(f"{self.base_url}/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise PrometheusError(f"prometheus not ready after {timeout_s}s: {_tail(log_path)}")
-            time.sleep(0.1)
+    def _ready(self) -> bool:
+        try:
+            return self._session.get(f"{self.base_url}/-/ready", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
 
     def query(self, promql: str, timeout_s: float = 5.0) -> Result:
         """An instant query at the current time; a scalar comes back as one unlabelled sample."""
@@ -201,34 +182,11 @@ class Prometheus:
         active = response.json()["data"]["activeTargets"]
         return {t["labels"]["instance"]: t["health"] == "up" for t in active}
 
-    def stop(self, timeout_s: float = 10.0) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=timeout_s)
+    def stop(self) -> None:
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
         self._session.close()  # its pooled connections; a later start() opens new ones
         workdir, self._workdir = self._workdir, None
         if workdir is not None:
             shutil.rmtree(workdir, ignore_errors=True)
-
-    def __enter__(self) -> Prometheus:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"

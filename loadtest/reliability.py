@@ -48,7 +48,8 @@ import psutil
 import yaml
 
 from app.config.settings import get_settings
-from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest.cluster import LocalCluster, cli_env

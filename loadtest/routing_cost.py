@@ -27,7 +27,8 @@ import yaml
 
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
-from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps
 from loadtest.probe import latency_probe

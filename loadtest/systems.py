@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import psutil
 import requests
 import yaml
 
-from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT
-from app.local.processes import default_sigint
+from app.local.processes import LOCAL_CREDENTIALS, ChildProcess, Managed, ProcessFailed
 from app.local.ray_auth import ray_auth_env
 from loadtest import variants
 from loadtest.variants import Variant
@@ -29,8 +25,11 @@ class SystemFailed(RuntimeError):
     pass
 
 
-class ManagedProcess:
-    """A child in its own session, stopped with SIGINT, then SIGTERM, then SIGKILL."""
+class ManagedProcess(ChildProcess):
+    """A system under test or a Ray node: a ChildProcess (its own session, log, group stop)
+    stopped with SIGINT, then SIGTERM, then SIGKILL, whose descendants that left its group
+    (Ray workers orphaned by a hard kill) are found from its process tree and killed by pid,
+    never by a pattern."""
 
     def __init__(
         self,
@@ -40,44 +39,12 @@ class ManagedProcess:
         *,
         before_exec: Callable[[], None] | None = None,
     ) -> None:
-        self.args = args
-        self.env = env
-        self.log_path = log_path
-        # Runs in the child before exec (e.g. joining the system-under-test cgroup).
-        self.before_exec = before_exec
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                self.args,
-                cwd=PROJECT_ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=self._preexec,
-            )
-
-    def _preexec(self) -> None:
-        # Started from a background job, we (and so the child) may ignore SIGINT; stop()
-        # relies on it reaching `serve run`, which then shuts Ray down.
-        default_sigint()
-        if self.before_exec is not None:
-            self.before_exec()
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        super().__init__(args, log_path=log_path, env=env, before_exec=before_exec)
 
     def tree(self) -> list[psutil.Process]:
         """The process and every descendant (for Ray: GCS, raylet and all replicas)."""
+        if self.pid is None:
+            return []
         try:
             root = psutil.Process(self.pid)
             return [root, *root.children(recursive=True)]
@@ -85,23 +52,9 @@ class ManagedProcess:
             return []
 
     def stop(self, grace_s: float = 60.0) -> None:
-        if self.process is None:
-            return
         family = self.tree()
-        for sig, wait_s in (
-            (signal.SIGINT, grace_s),
-            (signal.SIGTERM, 10.0),
-            (signal.SIGKILL, 5.0),
-        ):
-            if self.process.poll() is not None:
-                break
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=wait_s)
-            except subprocess.TimeoutExpired:
-                continue
-        # Anything the child left behind (e.g. Ray workers orphaned by a hard kill) is ours,
-        # identified by pid from the tree recorded before stopping: never a pattern kill.
+        self.stop_steps = ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0))
+        super().stop()
         _, alive = psutil.wait_procs([p for p in family if p.is_running()], timeout=10)
         for leftover in alive:
             try:
@@ -135,7 +88,7 @@ def dynamo_env(endpoint_url: str, table: str) -> dict[str, str]:
     }
 
 
-class System:
+class System(Managed):
     """One system under test: a process tree serving `<base_url><route_prefix>/v1/offers`."""
 
     name: str
@@ -170,34 +123,22 @@ class System:
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.process is not None
         url = f"{self.base_url}{self.route_prefix}/healthz"
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if not self.process.alive():
-                raise SystemFailed(f"{self.name} exited while starting; see {self.log_path}")
+
+        def healthy() -> bool:
             try:
-                if requests.get(url, timeout=2).status_code == 200:
-                    return
+                return requests.get(url, timeout=2).status_code == 200
             except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemFailed(f"{self.name} not ready after {timeout_s}s; see {self.log_path}")
-            time.sleep(0.5)
+                return False
+
+        try:
+            self.process.wait_ready(healthy, timeout_s, poll_s=0.5)
+        except ProcessFailed as exc:
+            raise SystemFailed(f"{self.name}: {exc}") from exc
 
     def stop(self) -> None:
         if self.process is not None:
             self.process.stop()
             self.process = None
-
-    def __enter__(self) -> System:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class PeerSystem(System):

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from app.config.settings import Settings
-from app.local.dynalite import Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import free_port
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from models.train import ensure_trained

@@ -10,24 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from app.config.knobs import CoalescingLimits, SupervisorKnobs, deep_merge
 from app.config.settings import get_settings
+from app.config.strict import StrictModel
 from app.contract.artifacts import version_dir
 from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 # Serve's policy that scales on a deployment's replicas' own utilization
 # (app.serving.autoscaling, app.core.load_meter) instead of on ongoing requests.
 UTILIZATION_POLICY = "app.serving.autoscaling:UtilizationPolicy"
 
 
-class AutoscalingArgs(_Strict):
+class AutoscalingArgs(StrictModel):
     min_replicas: int = Field(default=1, ge=0)
     max_replicas: int = Field(default=2, ge=1)
     # What the replica count follows. `utilization`: the work the replicas report (share of
@@ -65,7 +61,7 @@ class AutoscalingArgs(_Strict):
         return self
 
 
-class DeploymentArgs(_Strict):
+class DeploymentArgs(StrictModel):
     """Replica sizing of one deployment (Serve's own options, typed)."""
 
     num_cpus: float = Field(default=0.1, gt=0, le=64)
@@ -117,7 +113,7 @@ SUPERVISOR_DEFAULTS = DeploymentArgs(
 MEMBER_DEFAULTS = DeploymentArgs(autoscaling=AutoscalingArgs(signal="utilization"))
 
 
-class MemberLayout(_Strict):
+class MemberLayout(StrictModel):
     """Which members share a deployment (see app.serving.member_layout)."""
 
     groups: int | None = Field(
@@ -128,7 +124,7 @@ class MemberLayout(_Strict):
     )
 
 
-class CoalescingConfig(_Strict):
+class CoalescingConfig(StrictModel):
     """Cross-request batching at the supervisor: one fan-out per batch of logins."""
 
     enabled: bool = True
@@ -142,14 +138,14 @@ class CoalescingConfig(_Strict):
     max_hold_ms: float = Field(default=100.0, gt=0, le=10_000)
 
 
-class BatchingConfig(_Strict):
+class BatchingConfig(StrictModel):
     """How a member group coalesces concurrent score calls into one predict (runtime-tunable)."""
 
     max_batch_rows: int = Field(default=1024, ge=1, description="rows per predict call")
     batch_wait_timeout_s: float = Field(default=0.0, ge=0, le=1)
 
 
-class AdmissionConfig(_Strict):
+class AdmissionConfig(StrictModel):
     """How many logins one supervisor replica takes on at once (app.core.admission)."""
 
     max_in_flight: int = Field(
@@ -161,7 +157,7 @@ class AdmissionConfig(_Strict):
     )
 
 
-class PrecomputedArgs(_Strict):
+class PrecomputedArgs(StrictModel):
     """The precomputed-offers tier (app.core.precomputed): the batch job's snapshot of this
     version, from settings' batch_output_uri, answering when the online path cannot."""
 
@@ -177,7 +173,7 @@ class PrecomputedArgs(_Strict):
     )
 
 
-class FaultInjection(_Strict):
+class FaultInjection(StrictModel):
     """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
 
     slow_members_ms: dict[str, float] = Field(
@@ -187,14 +183,14 @@ class FaultInjection(_Strict):
     )
 
 
-class MemberGroupConfig(_Strict):
+class MemberGroupConfig(StrictModel):
     """A member group deployment's user_config (applied in reconfigure, no restart)."""
 
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     faults: FaultInjection = Field(default_factory=FaultInjection)
 
 
-class EnsembleAppArgs(_Strict):
+class EnsembleAppArgs(StrictModel):
     """Typed `args:` of one application in serve_config.yaml."""
 
     game: str = Field(pattern=GAME_PATTERN)

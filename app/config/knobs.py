@@ -17,14 +17,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
+
+from app.config.strict import FrozenModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CoalescingLimits(_Strict):
+class CoalescingLimits(FrozenModel):
     """The live limits of the supervisor's coalescer (whether it coalesces is structural).
 
     No defaults here or below: the baseline always comes from the app's args
@@ -35,7 +33,7 @@ class CoalescingLimits(_Strict):
     max_hold_ms: float = Field(gt=0, le=10_000)
 
 
-class SupervisorKnobs(_Strict):
+class SupervisorKnobs(FrozenModel):
     """The supervisor's user_config, whole (after merging a partial change over the baseline)."""
 
     request_budget_ms: float = Field(gt=0, le=10_000)
@@ -83,7 +81,7 @@ class SupervisorKnobs(_Strict):
         return SupervisorKnobs.model_validate(merged)
 
 
-class RouterKnobs(_Strict):
+class RouterKnobs(FrozenModel):
     """The router's user_config, whole: version weights and the routed budget.
 
     A change names only what it changes; `weights` merges per version (name one version to

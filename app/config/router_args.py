@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from app.config.app_args import AutoscalingArgs, DeploymentArgs
 from app.config.knobs import RouterKnobs
+from app.config.strict import StrictModel
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
 
 # The router only hashes a player id and forwards: very light, many logins per replica.
@@ -19,11 +20,7 @@ ROUTER_DEFAULTS = DeploymentArgs(
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class VersionEntry(_Strict):
+class VersionEntry(StrictModel):
     version: str = Field(pattern=VERSION_PATTERN)
     application: str | None = Field(
         default=None, description="the version's Serve application; default <game>-<version>"
@@ -31,7 +28,7 @@ class VersionEntry(_Strict):
     weight: float = Field(ge=0, description="share of players, relative to the others")
 
 
-class RouterAppArgs(_Strict):
+class RouterAppArgs(StrictModel):
     game: str = Field(pattern=GAME_PATTERN)
     # The stable version first: when a version cannot answer, its players go to the
     # version with the most weight (app.core.offer_routing).

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from app.config.strict import FrozenModel
 
 # KubeRay names the RayCluster `<rayservice>-<5 chars>`, and a RayCluster name is at most 53
 # characters (ray-operator/controllers/ray/utils/constant.go): RayService names stop at 47.
@@ -30,11 +32,7 @@ S3_OUTPUT_URI = re.compile(
 )
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ImageProfile(_Strict):
+class ImageProfile(FrozenModel):
     # The tag is not set here: it is derived from the pins and the served versions
     # (app.k8s.rayservice.image_tag), so the image and the cluster's rayVersion cannot
     # drift apart, and new artifacts are a new tag.
@@ -42,7 +40,7 @@ class ImageProfile(_Strict):
     pull_policy: str = Field(default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
 
 
-class AwsProfile(_Strict):
+class AwsProfile(FrozenModel):
     account_id: str = Field(pattern=r"^[0-9]{12}$")
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
     # The cluster's IRSA OIDC provider (`aws eks describe-cluster ... identity.oidc.issuer`,
@@ -57,18 +55,18 @@ class AwsProfile(_Strict):
         return f"arn:aws:iam::{self.account_id}:role/{name}"
 
 
-class DynamoDbProfile(_Strict):
+class DynamoDbProfile(FrozenModel):
     table: str = Field(pattern=r"^[A-Za-z0-9_.-]{3,255}$")
 
 
-class HeadProfile(_Strict):
+class HeadProfile(FrozenModel):
     """The head pod: GCS, dashboard, Serve controller, autoscaler. No replicas (num-cpus 0)."""
 
     cpu: float = Field(gt=0)
     memory_gib: float = Field(gt=0)
 
 
-class WorkerGroupProfile(_Strict):
+class WorkerGroupProfile(FrozenModel):
     """The CPU worker group: every replica runs here, nodes added by the Ray autoscaler."""
 
     name: str = Field(pattern=DNS_1123_LABEL)
@@ -88,7 +86,7 @@ class WorkerGroupProfile(_Strict):
         return self.memory_gib - self.object_store_gib - self.system_reserved_gib
 
 
-class ServeOverrides(_Strict):
+class ServeOverrides(FrozenModel):
     """What production changes in serve_config.yaml (README, Deploy to Kubernetes)."""
 
     # Serve's HAProxy on every node, listening on the pod's interfaces: the head is kept out
@@ -101,7 +99,7 @@ class ServeOverrides(_Strict):
     router_args: dict[str, Any] = Field(default_factory=dict)
 
 
-class LoadTestProfile(_Strict):
+class LoadTestProfile(FrozenModel):
     """The in-cluster locust Job (k8s/loadtest/job.yaml)."""
 
     users: int = Field(ge=1)
@@ -113,7 +111,7 @@ class LoadTestProfile(_Strict):
     api_key_secret: str = Field(pattern=DNS_1123_LABEL)
 
 
-class BatchWorkersProfile(_Strict):
+class BatchWorkersProfile(FrozenModel):
     """The batch job's worker group: a fixed number of pods (no autoscaler), for the Scan's
     read tasks and the scoring actors."""
 
@@ -126,7 +124,7 @@ class BatchWorkersProfile(_Strict):
     object_store_gib: float = Field(gt=0)
 
 
-class BatchJobKnobs(_Strict):
+class BatchJobKnobs(FrozenModel):
     """The options of `python -m app.batch` the RayJobs pass (app.config.batch_args)."""
 
     segments: int = Field(ge=1)
@@ -146,7 +144,7 @@ class BatchJobKnobs(_Strict):
         return self
 
 
-class BatchProfile(_Strict):
+class BatchProfile(FrozenModel):
     """The offline batch-scoring RayJobs (k8s/batch/) and their IAM role."""
 
     # Where runs are written (`<uri>/game=<g>/version=<v>/run=<UTC time>/`) and where the
@@ -191,13 +189,13 @@ class BatchProfile(_Strict):
         return match["prefix"]
 
 
-class MonitoringProfile(_Strict):
+class MonitoringProfile(FrozenModel):
     # Labels the PodMonitor carries: what the Prometheus operator's podMonitorSelector
     # matches (kube-prometheus-stack: `release: <its Helm release name>`).
     pod_monitor_labels: dict[str, str] = Field(min_length=1)
 
 
-class ProductionProfile(_Strict):
+class ProductionProfile(FrozenModel):
     name: str = Field(max_length=MAX_RAYSERVICE_NAME, pattern=DNS_1035_LABEL)
     namespace: str = Field(max_length=63, pattern=DNS_1123_LABEL)
     image: ImageProfile

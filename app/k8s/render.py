@@ -25,7 +25,7 @@ from app.k8s.rayjob import BatchTarget, batch_documents
 from app.k8s.rayservice import API_KEY_FILE_KEY, image_tag, rayservice
 from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import BUILDER_IMPORT_PATH
 from models import recipes
 

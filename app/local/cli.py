@@ -43,8 +43,8 @@ from pydantic import ValidationError
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
-from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, Dynalite, local_client, port_is_free
-from app.local.processes import default_sigint
+from app.local.dynalite import Dynalite, local_client
+from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, default_sigint, port_is_free
 from app.local.ray_auth import ray_auth_env, shell_exports
 from app.local.ray_head import RayHead
 from app.local.seeding import ensure_table, seed_game

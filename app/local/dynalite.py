@@ -7,25 +7,26 @@ service reaches it through the same boto3 code path as AWS, with only the endpoi
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import socket
-import subprocess
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from app.local.processes import (
+    LOCAL_CREDENTIALS,
+    PROJECT_ROOT,
+    ChildProcess,
+    Managed,
+    ProcessFailed,
+    port_is_free,
+)
+
 DYNALITE_CLI = PROJECT_ROOT / "node_modules" / "dynalite" / "cli.js"
-# dynalite accepts any credentials; boto3 still needs some to sign requests.
-LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 
 log = logging.getLogger(__name__)
@@ -47,23 +48,7 @@ def local_client(endpoint_url: str, timeout_s: float = 2.0) -> Any:
     )
 
 
-def port_is_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-class Dynalite:
+class Dynalite(Managed):
     """A dynalite child process; use as a context manager so it is always stopped."""
 
     def __init__(
@@ -78,7 +63,7 @@ class Dynalite:
         self.port = port
         self.data_dir = data_dir  # None keeps the data in memory
         self.log_path = log_path
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child: ChildProcess | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
@@ -90,7 +75,7 @@ class Dynalite:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._child.pid if self._child else None
 
     def client(self, timeout_s: float = 2.0) -> Any:
         return local_client(self.endpoint_url, timeout_s)
@@ -109,36 +94,22 @@ class Dynalite:
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             args += ["--path", str(self.data_dir)]
-        # The child gets its own copy of the log file's descriptor; ours is closed as soon as
-        # it is started.
-        with self.log_path.open("ab") if self.log_path else open(os.devnull, "wb") as log:
-            # Its own session: a Ctrl-C aimed at the foreground job does not reach it, so the
-            # owner decides when it stops (after the service that reads from it).
-            self._process = subprocess.Popen(
-                args,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self._wait_ready(timeout_s)
-        return self
-
-    def _wait_ready(self, timeout_s: float) -> None:
+        self._child = ChildProcess(args, log_path=self.log_path, name="dynalite").start()
         client = self.client(timeout_s=1.0)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise DynaliteError(f"dynalite exited with code {self._process.returncode}")
+
+        def answers() -> bool:
             try:
                 client.list_tables(Limit=1)
-                return
-            except (BotoCoreError, ClientError) as exc:
-                if time.monotonic() > deadline:
-                    self._stop_process(timeout_s=5.0)
-                    raise DynaliteError(f"dynalite not ready after {timeout_s}s: {exc}") from exc
-                time.sleep(0.1)
+                return True
+            except (BotoCoreError, ClientError):
+                return False
+
+        try:
+            self._child.wait_ready(answers, timeout_s)
+        except ProcessFailed as exc:
+            self._child = None
+            raise DynaliteError(str(exc)) from exc
+        return self
 
     def supervise(
         self, *, poll_s: float = 0.25, on_restart: Callable[[Dynalite], None] | None = None
@@ -157,19 +128,20 @@ class Dynalite:
         def watch() -> None:
             while not self._stopping.wait(poll_s):
                 with self._lock:
-                    process = self._process
-                    if self._stopping.is_set() or (process is not None and process.poll() is None):
+                    child = self._child
+                    if self._stopping.is_set() or (child is not None and child.alive()):
                         continue
                     # Exited, or a failed restart left no process: (re)start it either way.
-                    if process is not None:
+                    if child is not None:
                         log.warning(
                             "dynalite (pid %s) exited with code %s; restarting it on %s",
-                            process.pid,
-                            process.returncode,
+                            child.pid,
+                            child.returncode,
                             self.endpoint_url,
                         )
+                        child.stop()  # its group, if anything of it is left
                     try:
-                        self._process = None
+                        self._child = None
                         self.start()
                         self.restarts += 1
                     except DynaliteError as exc:
@@ -193,23 +165,7 @@ class Dynalite:
             self._stop_process(timeout_s)
 
     def _stop_process(self, timeout_s: float) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=timeout_s)
-
-    def __enter__(self) -> Dynalite:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop_steps = ((child.stop_steps[0][0], timeout_s),)
+            child.stop()

@@ -18,7 +18,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 
 TOKEN_FILE = PROJECT_ROOT / ".local" / "ray" / "auth_token"
 

@@ -10,20 +10,14 @@ finds it. Stopping it stops every Ray process it started, and no other Ray on th
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import signal
-import subprocess
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 
-from app.local.dynalite import free_port, port_is_free
-from app.local.processes import default_sigint
+from app.local.processes import ChildProcess, Managed, ProcessFailed, free_port, port_is_free
 from app.local.ray_auth import ray_auth_env
 
 
@@ -31,7 +25,7 @@ class RayHeadFailed(RuntimeError):
     pass
 
 
-class RayHead:
+class RayHead(Managed):
     def __init__(
         self,
         bin_dir: Path,
@@ -52,7 +46,7 @@ class RayHead:
         self.gcs_port = free_port()
         self._num_cpus = num_cpus
         self.temp_dir = Path(tempfile.mkdtemp(prefix="ray-offers-", dir="/tmp"))
-        self._process: subprocess.Popen[bytes] | None = None
+        self._child: ChildProcess | None = None
 
     @property
     def address(self) -> str:
@@ -99,28 +93,24 @@ class RayHead:
         ]
         if self._num_cpus is not None:
             args.append(f"--num-cpus={self._num_cpus}")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                args,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=default_sigint,
+        # SIGINT: `ray start --block` stops every process of its cluster, then exits.
+        self._child = ChildProcess(
+            args,
+            log_path=self.log_path,
+            name="ray start",
+            env=self.env,
+            cwd=None,
+            stop_steps=((signal.SIGINT, 60.0),),
+        ).start()
+        try:
+            self._child.wait_ready(
+                lambda: self._answers(f"{self.dashboard_url}/api/version")
+                and self._answers(self.metrics_url),
+                timeout_s,
+                poll_s=1.0,
             )
-        deadline = time.monotonic() + timeout_s
-        while not (
-            self._answers(f"{self.dashboard_url}/api/version") and self._answers(self.metrics_url)
-        ):
-            if self._process.poll() is not None:
-                raise RayHeadFailed(
-                    f"ray start exited {self._process.returncode}; see {self.log_path}"
-                )
-            if time.monotonic() > deadline:
-                raise RayHeadFailed(f"Ray not up after {timeout_s:.0f}s; see {self.log_path}")
-            time.sleep(1.0)
+        except ProcessFailed as exc:
+            raise RayHeadFailed(f"{exc}\n(log: {self.log_path})") from exc
 
     @staticmethod
     def _answers(url: str) -> bool:
@@ -132,30 +122,10 @@ class RayHead:
         except OSError:
             return False
 
-    def stop(self, grace_s: float = 60.0) -> None:
+    def stop(self) -> None:
         """SIGINT to `ray start --block` (it stops what it started), then its whole process
-        group if anything is left."""
-        process, self._process = self._process, None
-        if process is not None:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=10)
+        group if anything is left; its temp dir goes."""
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-    def __enter__(self) -> RayHead:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -115,10 +115,6 @@ def _deployment(decorated: object) -> Deployment:
     return decorated
 
 
-def deployment_names(groups: list[MemberGroup]) -> list[str]:
-    return [SUPERVISOR_DEPLOYMENT, *(g.deployment for g in groups)]
-
-
 def check_member_deployments(args: EnsembleAppArgs, groups: list[MemberGroup]) -> None:
     """Every `member_deployments` entry must name a deployment this layout creates."""
     planned = [g.deployment for g in groups]

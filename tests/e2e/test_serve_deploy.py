@@ -27,7 +27,8 @@ from app.adapters.dynamodb import PARTITION_KEY, player_key
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
-from app.local.dynalite import PROJECT_ROOT, Dynalite, free_port, port_is_free
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_free
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, local_endpoint
@@ -151,18 +152,16 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
 
 
 def _wait_for_dashboard(ray: ManagedProcess, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if not ray.alive():
-            pytest.fail(f"ray start exited; see {ray.log_path}")
+    def answers() -> bool:
         try:
-            if requests.get(f"{DASHBOARD}/api/version", timeout=2).status_code < 500:
-                return
+            return requests.get(f"{DASHBOARD}/api/version", timeout=2).status_code < 500
         except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            pytest.fail(f"Ray dashboard not up after {timeout_s}s; see {ray.log_path}")
-        time.sleep(1)
+            return False
+
+    try:
+        ray.wait_ready(answers, timeout_s, poll_s=1.0)
+    except ProcessFailed as exc:
+        pytest.fail(str(exc))
 
 
 def _wait_running(names: list[str], timeout_s: float = 600) -> dict:

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from app.local.dynalite import LOCAL_CREDENTIALS, free_port
+from app.local.processes import LOCAL_CREDENTIALS, free_port
 from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
 
 APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"

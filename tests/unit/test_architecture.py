@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 

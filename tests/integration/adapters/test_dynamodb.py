@@ -12,7 +12,8 @@ from app.adapters.dynamodb import PARTITION_KEY, FeatureStore, player_key
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
 from app.core.feature_source import FeatureStoreUnavailable
-from app.local.dynalite import free_port, local_client
+from app.local.dynalite import local_client
+from app.local.processes import free_port
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_TABLE
 

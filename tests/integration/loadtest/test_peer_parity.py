@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from app.local.dynalite import free_port
+from app.local.processes import free_port
 from loadtest.systems import LegacySystem, PoolSystem
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE, TEST_VERSION

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from app.adapters.dynamodb import PARTITION_KEY, player_key
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 from app.local.seeding import SEED_MARKER_PREFIX
 from models.population import player_id
 

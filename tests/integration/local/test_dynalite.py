@@ -5,7 +5,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from app.local.dynalite import Dynalite, free_port
+from app.local.dynalite import Dynalite
+from app.local.processes import free_port
 
 pytestmark = pytest.mark.integration
 

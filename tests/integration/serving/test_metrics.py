@@ -27,7 +27,7 @@ import yaml
 
 from app.contract import metrics as spec
 from app.local.dashboard import panels
-from app.local.dynalite import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
+from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
 from app.local.ray_auth import TOKEN_FILE, auth_header
 from app.local.ray_head import RayHead
 from loadtest.prometheus import Prometheus, values

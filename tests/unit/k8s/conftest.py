@@ -9,7 +9,7 @@ import yaml
 
 from app.k8s.profile import ProductionProfile, load_profile
 from app.k8s.render import DEFAULT_OUT, PROFILE_FILE, Rendered, render
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import ray
 
 from app.k8s import dockerfile
 from app.k8s.render import DASHBOARD_JSON, DEFAULT_OUT, LOCAL_SECRET_FILES
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
 pytestmark = pytest.mark.unit

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from app.k8s.render import DEFAULT_OUT, PROFILE_FILE, render, stale_files, write
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 
 pytestmark = pytest.mark.unit
 

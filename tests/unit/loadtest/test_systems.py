@@ -6,7 +6,7 @@ import time
 import psutil
 import pytest
 
-from app.local.dynalite import free_port
+from app.local.processes import free_port
 from loadtest.systems import System, SystemFailed
 
 pytestmark = pytest.mark.unit

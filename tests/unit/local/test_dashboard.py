@@ -10,7 +10,7 @@ import pytest
 
 from app.contract.metrics import ALL, Kind
 from app.local import dashboard
-from app.local.dynalite import free_port
+from app.local.processes import free_port
 from loadtest.prometheus import Prometheus
 
 pytestmark = pytest.mark.unit

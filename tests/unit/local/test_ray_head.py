@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from app.local.dynalite import free_port
+from app.local.processes import free_port
 from app.local.ray_head import RayHead, RayHeadFailed
 
 pytestmark = pytest.mark.unit

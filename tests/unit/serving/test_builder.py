@@ -11,7 +11,7 @@ from ray.serve.schema import ServeDeploySchema
 
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
-from app.local.dynalite import PROJECT_ROOT
+from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import (
     ROUTER_IMPORT_PATH,
     ConfigError,
