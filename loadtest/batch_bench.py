@@ -189,24 +189,16 @@ def read_stage(args: Any, out: Path) -> dict[str, Any]:
 def score_stage(args: Any, features: Path, out: Path) -> dict[str, Any]:
     import ray
 
-    from app.batch.job import WRITE_NUM_CPUS, actor_pool
-    from app.batch.scoring import ScorePlayers
+    from app.batch.job import WRITE_NUM_CPUS, score
 
     # The pool starts at one actor: read_parquet lists its files in a task that takes a
     # whole CPU (not configurable), which two actors holding 1.7 of 2 CPUs would starve.
     args = args.model_copy(update={"min_actors": 1})
     started = time.perf_counter()
-    ray.data.read_parquet(str(features), num_cpus=args.read_num_cpus).map_batches(
-        ScorePlayers,
-        fn_constructor_kwargs={
-            "version_dir": str(args.version_dir()),
-            "scored_at_us": int(time.time() * 1e6),
-        },
-        batch_size=args.batch_size,
-        batch_format="numpy",
-        compute=actor_pool(args),
-        num_cpus=args.actor_num_cpus,
-    ).write_parquet(str(out), ray_remote_args={"num_cpus": WRITE_NUM_CPUS})
+    features_read = ray.data.read_parquet(str(features), num_cpus=args.read_num_cpus)
+    score(features_read, args, datetime.now(UTC)).write_parquet(
+        str(out), ray_remote_args={"num_cpus": WRITE_NUM_CPUS}
+    )
     elapsed = time.perf_counter() - started
     players = _rows(out)
     return {"players": players, "elapsed_s": round(elapsed, 2), "players_per_s": players / elapsed}
@@ -259,7 +251,7 @@ def lookup_cost(players: int) -> dict[str, float]:
         ids = [f"p{i:07d}" for i in range(20_000)]
         started = time.perf_counter()
         for pid in ids:
-            snapshot.find(snap.player_key(pid))
+            snapshot.find(snap.snapshot_key(pid))
         out[str(n)] = round((time.perf_counter() - started) / len(ids) * 1e6, 2)
     return out
 
@@ -283,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ns = p.parse_args(argv)
 
+    # The clusters this run starts use the project's token, not one under ~/.ray. Set before
+    # Ray is imported: the driver reads its auth mode once, at import.
+    os.environ.update(ray_auth_env())
     import ray
 
     from app.config.batch_args import BatchJobArgs
@@ -313,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             "OFFERS_DYNAMODB_TABLE": TABLE,
             **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
         }
-        # ray.init() of a new local cluster: with the project's token, not one under ~/.ray.
-        os.environ.update({**env, **ray_auth_env()})
+        os.environ.update(env)
         ray.init(
             address="local",
             num_cpus=int(cpus),

@@ -23,12 +23,12 @@ MIN_ACHIEVED_SHARE = 0.95
 
 
 @dataclass(frozen=True)
-class Verdict:
+class LevelVerdict:
     held: bool
     reasons: tuple[str, ...]  # why not, empty when held
 
 
-def judge(result: LoadResult, offered_rps: float) -> Verdict:
+def judge(result: LoadResult, offered_rps: float) -> LevelVerdict:
     reasons = []
     if result.p95_ms > P95_TARGET_MS:
         reasons.append(f"p95 {result.p95_ms:.0f} ms > {P95_TARGET_MS:.0f}")
@@ -38,7 +38,7 @@ def judge(result: LoadResult, offered_rps: float) -> Verdict:
         reasons.append(f"achieved {result.total_rps:.1f} of {offered_rps:g} rps offered")
     if result.degraded:
         reasons.append(f"{result.degraded} degraded fallbacks")
-    return Verdict(not reasons, tuple(reasons))
+    return LevelVerdict(not reasons, tuple(reasons))
 
 
 def step_search(run_level: Callable[[int], bool], levels: list[int], refine: float) -> list[int]:

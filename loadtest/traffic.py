@@ -176,7 +176,7 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class AnswerVerdict:
     outcome: Outcome
     detail: str | None = None  # the fallback reason, or what was wrong
 
@@ -190,35 +190,35 @@ def _status(status: int) -> str:
     return f"status {status}" if status else "no response"
 
 
-def judge_offer(status: int, payload: Any) -> Verdict:
+def judge_offer(status: int, payload: Any) -> AnswerVerdict:
     """A real login must get a 200 with a usable offer; a flagged fallback is a usable offer."""
     if status != 200:
-        return Verdict(Outcome.UNEXPECTED, _status(status))
+        return AnswerVerdict(Outcome.UNEXPECTED, _status(status))
     if not isinstance(payload, dict):
-        return Verdict(Outcome.UNEXPECTED, "body is not a JSON object")
+        return AnswerVerdict(Outcome.UNEXPECTED, "body is not a JSON object")
     personalized = payload.get("personalized")
     offer = payload.get("offer")
     reason = payload.get("fallback_reason")
     if not isinstance(personalized, bool):
-        return Verdict(Outcome.UNEXPECTED, "no personalized flag")
+        return AnswerVerdict(Outcome.UNEXPECTED, "no personalized flag")
     if not isinstance(offer, dict) or not offer.get("offer_id"):
-        return Verdict(Outcome.UNEXPECTED, "no offer.offer_id")
+        return AnswerVerdict(Outcome.UNEXPECTED, "no offer.offer_id")
     if personalized:
         if reason is not None:
-            return Verdict(Outcome.UNEXPECTED, "personalized with a fallback_reason")
-        return Verdict(Outcome.PERSONALIZED)
+            return AnswerVerdict(Outcome.UNEXPECTED, "personalized with a fallback_reason")
+        return AnswerVerdict(Outcome.PERSONALIZED)
     if not isinstance(reason, str) or not reason:
-        return Verdict(Outcome.UNEXPECTED, "fallback without a fallback_reason")
-    return Verdict(Outcome.FALLBACK, reason)
+        return AnswerVerdict(Outcome.UNEXPECTED, "fallback without a fallback_reason")
+    return AnswerVerdict(Outcome.FALLBACK, reason)
 
 
-def judge_malformed(kind: Malformed, status: int) -> Verdict:
+def judge_malformed(kind: Malformed, status: int) -> AnswerVerdict:
     """A malformed body must be refused by validation (4xx), not accepted and not crash."""
     if 400 <= status < 500:
-        return Verdict(Outcome.MALFORMED_REJECTED)
+        return AnswerVerdict(Outcome.MALFORMED_REJECTED)
     if 0 < status < 400:
-        return Verdict(Outcome.MALFORMED_ACCEPTED, f"{kind}: {_status(status)}")
-    return Verdict(Outcome.UNEXPECTED, f"{kind}: {_status(status)}")
+        return AnswerVerdict(Outcome.MALFORMED_ACCEPTED, f"{kind}: {_status(status)}")
+    return AnswerVerdict(Outcome.UNEXPECTED, f"{kind}: {_status(status)}")
 
 
 class OutcomeTally:
@@ -252,7 +252,7 @@ class OutcomeTally:
             self._responses["late"] += 1
         self._max_ms = max(self._max_ms, elapsed_ms)
 
-    def record(self, verdict: Verdict) -> None:
+    def record(self, verdict: AnswerVerdict) -> None:
         self._outcomes[verdict.outcome] += 1
         if verdict.outcome is Outcome.FALLBACK:
             self._fallback[verdict.detail or "?"] += 1

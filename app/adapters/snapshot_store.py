@@ -27,8 +27,8 @@ from app.contract.offer_snapshot import (
     build,
     check,
     parse,
-    player_keys,
     read_header,
+    snapshot_keys,
     version_prefix,
 )
 
@@ -111,7 +111,7 @@ def write_snapshot(
     keys, offers, propensities = [], [], []
     for path in files:
         table = pq.read_table(path, columns=["player_id", "offer_id", "propensity"], filesystem=fs)
-        keys.append(player_keys(table.column("player_id").to_pylist()))
+        keys.append(snapshot_keys(table.column("player_id").to_pylist()))
         offers.append(
             np.fromiter((index[o] for o in table.column("offer_id").to_pylist()), np.uint8)
         )

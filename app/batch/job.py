@@ -72,6 +72,12 @@ def scored_players(args: BatchJobArgs, manifest: Manifest, scored_at: datetime) 
         override_num_blocks=args.segments,
         num_cpus=args.read_num_cpus,
     )
+    return score(players, args, scored_at)
+
+
+def score(players: Dataset, args: BatchJobArgs, scored_at: datetime) -> Dataset:
+    """Players' feature rows, scored lazily on the actor pool into offer rows (the batch job's
+    scoring stage; the batch benchmark times it alone, from Parquet)."""
     scored: Dataset = players.map_batches(
         ScorePlayers,
         fn_constructor_kwargs={

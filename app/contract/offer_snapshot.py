@@ -50,13 +50,13 @@ class SnapshotError(ValueError):
     """The bytes are not a valid snapshot, or not one for the version that reads it."""
 
 
-def player_key(player_id: str) -> int:
+def snapshot_key(player_id: str) -> int:
     """The snapshot's key of a player id (blake2b-64): what it stores instead of the id."""
     return int.from_bytes(hashlib.blake2b(player_id.encode(), digest_size=8).digest(), "little")
 
 
-def player_keys(player_ids: Iterable[str]) -> np.ndarray:
-    return np.fromiter((player_key(p) for p in player_ids), dtype=np.uint64)
+def snapshot_keys(player_ids: Iterable[str]) -> np.ndarray:
+    return np.fromiter((snapshot_key(p) for p in player_ids), dtype=np.uint64)
 
 
 @dataclass(frozen=True)

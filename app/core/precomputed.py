@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from app.contract.offer_snapshot import OfferSnapshot, player_key
+from app.contract.offer_snapshot import OfferSnapshot, snapshot_key
 from app.core.offers import OfferCatalog, OfferDecision
 
 
@@ -30,7 +30,7 @@ class PrecomputedOffers:
         return self.snapshot.header.scored_at.timestamp()
 
     def decision(self, player_id: str) -> OfferDecision | None:
-        row = self.snapshot.find(player_key(player_id))
+        row = self.snapshot.find(snapshot_key(player_id))
         if row is None:
             return None
         offer = self.catalog.offers[int(self.snapshot.offers[row])]

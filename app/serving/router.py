@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from app.api.router_routes import build_router_api
+from app.api.game_routes import build_router_api
 from app.api.schemas import SplitInfo, VersionShare
 from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings

@@ -14,7 +14,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
 from app.adapters.snapshot_store import latest_snapshot
-from app.api.routed import answer_routed
+from app.api.routed_login import answer_routed_login
 from app.api.routes import build_http_api
 from app.config.app_args import PrecomputedArgs
 from app.config.knobs import SupervisorKnobs, explain
@@ -247,7 +247,7 @@ class Supervisor:
     ) -> dict[str, Any]:
         """A login from the game's version router (a handle call, not HTTP): the same
         answer as POST /v1/offers, as a dict (app.api.routed)."""
-        return await answer_routed(
+        return await answer_routed_login(
             self._service,
             self._admission,
             payload,

@@ -25,7 +25,7 @@ def write_run(root, manifest, scored_at, players, *, version=None):
         version=version or manifest.version,
         training_config_hash=manifest.training_config_hash,
         offer_ids=[o.offer_id for o in manifest.offers],
-        keys=snap.player_keys(players),
+        keys=snap.snapshot_keys(players),
         offers=np.zeros(len(players), np.uint8),
         propensities=np.full(len(players), 0.5, np.float32),
         scored_at=scored_at,
@@ -46,7 +46,7 @@ def test_the_newest_run_wins(tmp_path):
     newest = write_run(tmp_path, manifest, NOW - timedelta(hours=2), ["new"])
     snapshot, path = latest(tmp_path, manifest)
     assert path == str(newest)
-    assert snapshot.find(snap.player_key("new")) is not None
+    assert snapshot.find(snap.snapshot_key("new")) is not None
 
 
 def test_damaged_or_foreign_snapshots_are_refused_with_a_log_line(tmp_path, caplog):
@@ -105,6 +105,6 @@ def test_write_snapshot_reads_the_runs_parquet_files(tmp_path):
     snapshot = snap.parse((folder / snap.SNAPSHOT_FILENAME).read_bytes())
     assert path.endswith(snap.SNAPSHOT_FILENAME) and header.players == 3
     assert size == (folder / snap.SNAPSHOT_FILENAME).stat().st_size
-    row = snapshot.find(snap.player_key("p3"))
+    row = snapshot.find(snap.snapshot_key("p3"))
     assert manifest.offers[int(snapshot.offers[row])].offer_id == "big"
     assert not list(folder.glob("*.partial"))

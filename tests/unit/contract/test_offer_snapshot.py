@@ -17,7 +17,7 @@ def encode(ids, offers, props, **overrides):
         version="v-test",
         training_config_hash="abc",
         offer_ids=OFFERS,
-        keys=snap.player_keys(ids),
+        keys=snap.snapshot_keys(ids),
         offers=np.asarray(offers, np.uint8),
         propensities=np.asarray(props, np.float32),
         scored_at=SCORED_AT,
@@ -34,11 +34,11 @@ def test_round_trip_finds_every_player_and_only_them():
     assert snapshot.header.players == 1000
     assert snapshot.header.scored_at == SCORED_AT
     for i in (0, 17, 999):
-        row = snapshot.find(snap.player_key(ids[i]))
+        row = snapshot.find(snap.snapshot_key(ids[i]))
         assert row is not None
         assert int(snapshot.offers[row]) == offers[i]
         assert float(snapshot.propensities[row]) == pytest.approx(props[i], abs=1e-7)
-    assert snapshot.find(snap.player_key("p9999999")) is None
+    assert snapshot.find(snap.snapshot_key("p9999999")) is None
 
 
 def test_thirteen_bytes_per_player_plus_a_small_header():

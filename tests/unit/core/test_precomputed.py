@@ -24,7 +24,7 @@ def snapshot_of(players: dict[str, tuple[int, float]]):
         version=manifest.version,
         training_config_hash=manifest.training_config_hash,
         offer_ids=[o.offer_id for o in manifest.offers],
-        keys=snap.player_keys(players),
+        keys=snap.snapshot_keys(players),
         offers=np.array([o for o, _ in players.values()], np.uint8),
         propensities=np.array([p for _, p in players.values()], np.float32),
         scored_at=SCORED_AT,

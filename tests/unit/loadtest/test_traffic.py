@@ -12,13 +12,13 @@ from app.api.schemas import OfferRequest
 from loadtest.traffic import (
     LOGIN_DAY,
     UNKNOWN_ID_SPAN,
+    AnswerVerdict,
     LoginMix,
     Malformed,
     Outcome,
     OutcomeTally,
     PlayerSampler,
     TrafficConfig,
-    Verdict,
     judge_malformed,
     judge_offer,
     malformed_body,
@@ -137,30 +137,34 @@ def answer(**overrides: object) -> dict:
 @pytest.mark.parametrize(
     ("status", "payload", "expected"),
     [
-        (200, answer(), Verdict(Outcome.PERSONALIZED)),
+        (200, answer(), AnswerVerdict(Outcome.PERSONALIZED)),
         (
             200,
             answer(personalized=False, fallback_reason="unknown_player"),
-            Verdict(Outcome.FALLBACK, "unknown_player"),
+            AnswerVerdict(Outcome.FALLBACK, "unknown_player"),
         ),
-        (503, answer(), Verdict(Outcome.UNEXPECTED, "status 503")),
-        (0, None, Verdict(Outcome.UNEXPECTED, "no response")),
-        (200, None, Verdict(Outcome.UNEXPECTED, "body is not a JSON object")),
-        (200, answer(personalized="yes"), Verdict(Outcome.UNEXPECTED, "no personalized flag")),
-        (200, answer(offer={}), Verdict(Outcome.UNEXPECTED, "no offer.offer_id")),
+        (503, answer(), AnswerVerdict(Outcome.UNEXPECTED, "status 503")),
+        (0, None, AnswerVerdict(Outcome.UNEXPECTED, "no response")),
+        (200, None, AnswerVerdict(Outcome.UNEXPECTED, "body is not a JSON object")),
+        (
+            200,
+            answer(personalized="yes"),
+            AnswerVerdict(Outcome.UNEXPECTED, "no personalized flag"),
+        ),
+        (200, answer(offer={}), AnswerVerdict(Outcome.UNEXPECTED, "no offer.offer_id")),
         (
             200,
             answer(personalized=False),
-            Verdict(Outcome.UNEXPECTED, "fallback without a fallback_reason"),
+            AnswerVerdict(Outcome.UNEXPECTED, "fallback without a fallback_reason"),
         ),
         (
             200,
             answer(fallback_reason="unknown_player"),
-            Verdict(Outcome.UNEXPECTED, "personalized with a fallback_reason"),
+            AnswerVerdict(Outcome.UNEXPECTED, "personalized with a fallback_reason"),
         ),
     ],
 )
-def test_judge_offer(status: int, payload: object, expected: Verdict) -> None:
+def test_judge_offer(status: int, payload: object, expected: AnswerVerdict) -> None:
     verdict = judge_offer(status, payload)
     assert verdict == expected
     assert verdict.ok is (expected.outcome in (Outcome.PERSONALIZED, Outcome.FALLBACK))
@@ -185,10 +189,10 @@ def test_judge_malformed(status: int, outcome: Outcome) -> None:
 def test_tally_counts_merges_and_drains() -> None:
     tally = OutcomeTally()
     for verdict in [
-        Verdict(Outcome.PERSONALIZED),
-        Verdict(Outcome.PERSONALIZED),
-        Verdict(Outcome.FALLBACK, "unknown_player"),
-        Verdict(Outcome.MALFORMED_REJECTED),
+        AnswerVerdict(Outcome.PERSONALIZED),
+        AnswerVerdict(Outcome.PERSONALIZED),
+        AnswerVerdict(Outcome.FALLBACK, "unknown_player"),
+        AnswerVerdict(Outcome.MALFORMED_REJECTED),
         judge_malformed(Malformed.WRONG_TYPES, 200),
         judge_offer(503, None),
     ]:

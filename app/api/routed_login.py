@@ -21,7 +21,7 @@ OVERLOADED = (
 )
 
 
-async def answer_routed(
+async def answer_routed_login(
     service: OfferService,
     gate: AdmissionGate,
     payload: dict[str, Any],
