@@ -12,6 +12,7 @@ import yaml
 
 from app.adapters.dynamodb import PARTITION_KEY, player_key
 from app.local.processes import PROJECT_ROOT
+from app.local.ray_auth import TOKEN_FILE
 from app.local.seeding import SEED_MARKER_PREFIX
 from models.population import player_id
 
@@ -101,3 +102,21 @@ def test_an_unknown_args_key_is_refused_with_its_name(tmp_path):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "coalesing" in result.stderr
+
+
+def test_ray_env_prints_exports_a_shell_can_eval_for_the_project_token():
+    """The README recipe's first step: `eval "$(offers ray-env)"` before `ray start`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    shell = subprocess.run(
+        ["bash", "-c", f'eval "$({OFFERS} ray-env)"; echo "$RAY_AUTH_MODE|$RAY_AUTH_TOKEN_PATH"'],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    mode, token_path = shell.stdout.strip().split("|")
+    assert mode == "token"
+    assert token_path == str(TOKEN_FILE)
+    assert len(Path(token_path).read_text().strip()) == 64
