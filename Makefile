@@ -27,7 +27,7 @@ $(NODE_STAMP): package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-# Debian's Prometheus binary for the tests that query a real one (loadtest/prometheus.py):
+# Debian's Prometheus binary for the tests that query a real one (app/local/prometheus.py):
 # the .deb is downloaded and unpacked, never installed, so no system service or user is
 # created. Its Go binary links only libc; `--version` proves it runs here. The package lists
 # are refreshed only when the download fails without them (a fresh machine).

@@ -6,7 +6,7 @@ Pins two busy loops to one core, one at nice 15 and one at nice 0, first each in
 of its own (as the benchmark starts the systems it measures), then both in ours, and prints
 the share of the core each got. With kernel.sched_autogroup_enabled=1 the kernel first
 shares CPU between sessions (autogroups), so niceness only orders processes inside a
-session. Then the benchmark's own isolation (loadtest.isolation): both loops in sessions of
+session. Then the benchmark's own isolation (loadtest.harness.isolation): both loops in sessions of
 their own, one in the system-under-test cgroup and one in the driver's.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from loadtest.isolation import DRIVER_WEIGHT, CpuIsolation
+from loadtest.harness.isolation import DRIVER_WEIGHT, CpuIsolation
 
 BUSY = "import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
 

@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,18 @@ from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
-from loadtest.locust_runner import LoadTarget, run_locust
-from loadtest.resources import role
-from loadtest.systems import EnsembleSystem, derived_serve_config, run_interruptible
+from loadtest.harness.locust_runner import LoadTarget, run_locust
+from loadtest.harness.resources import role, tree_cpu_seconds
+from loadtest.harness.results import (
+    parse_study_args,
+    results_folder,
+    run_study,
+    study_log,
+    study_parser,
+)
+from loadtest.harness.systems import EnsembleSystem, derived_serve_config
 from models.train import ensure_trained
 
-RESULTS = PROJECT_ROOT / "loadtest" / "results"
 TABLE = "player-features-profile"
 RATE_HZ = 100
 # Innermost matching frame wins; the order only breaks ties within one frame.
@@ -54,8 +59,7 @@ LAYERS = (
 )
 
 
-def log(message: str) -> None:
-    print(f"[profile {time.strftime('%H:%M:%S')}] {message}", flush=True)
+log = study_log("profile")
 
 
 def layer_of(stack: str) -> str:
@@ -109,8 +113,7 @@ def targets(system: EnsembleSystem) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> Path:
     app = configured_apps(args.config)[0]
-    folder = RESULTS / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-profile")
-    folder.mkdir(parents=True)
+    folder = results_folder("profile")
     ensure_trained(
         app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
     )
@@ -147,22 +150,13 @@ def run(args: argparse.Namespace) -> Path:
             )
             driver.start()
             time.sleep(8)  # users spawned, caches warm
-            cpu_before = {k: _cpu(p) for k, p in pids.items()}
+            cpu_before = {k: tree_cpu_seconds(p) for k, p in pids.items()}
             spies = {
                 name: subprocess.Popen(
                     [
-                        str(Path(sys.executable).parent / "py-spy"),
-                        "record",
-                        "--pid",
-                        str(pid),
-                        "--duration",
-                        str(args.seconds),
-                        "--rate",
-                        str(RATE_HZ),
-                        "--format",
-                        "raw",
-                        "--nonblocking",
-                        "--output",
+                        str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+                        "--duration", str(args.seconds), "--rate", str(RATE_HZ), "--format",
+                        "raw", "--nonblocking", "--output",
                         str(folder / f"{name.replace(':', '-')}.txt"),
                     ],
                     stdout=subprocess.DEVNULL,
@@ -173,7 +167,7 @@ def run(args: argparse.Namespace) -> Path:
             }
             for spy in spies.values():
                 spy.wait(timeout=args.seconds + 60)
-            cpu_after = {k: _cpu(p) for k, p in pids.items()}
+            cpu_after = {k: tree_cpu_seconds(p) for k, p in pids.items()}
             driver.join()
     result = load["result"]
     report: dict[str, Any] = {
@@ -197,23 +191,6 @@ def run(args: argparse.Namespace) -> Path:
     print(markdown(report))
     log(f"profile: {folder / 'profile.md'}")
     return folder
-
-
-def _cpu(pid: int) -> float:
-    """CPU seconds of a process and its live children (HAProxy's master forks its worker)."""
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for each in procs:
-        try:
-            times = each.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -240,23 +217,19 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.profile_replicas", description=__doc__
-    )
+    parser = study_parser("loadtest.profile_replicas", __doc__)
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--rps", type=float, default=30.0, help="offered load, open loop")
     parser.add_argument("--user-rps", type=float, default=0.5)
     parser.add_argument("--seconds", type=int, default=20, help="profiled window")
     parser.add_argument("--players", type=int, default=10_000)
-    args = parser.parse_args(argv)
-    args.command = " ".join(["python -m loadtest.profile_replicas", *(argv or sys.argv[1:])])
-    return args
+    return parse_study_args(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_interruptible(lambda: run(args), log)
+    return run_study(lambda: run(args), log)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,16 +29,22 @@ from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps
-from loadtest.probe import latency_probe
-from loadtest.systems import EnsembleSystem, dynamo_env
+from loadtest.harness.probe import latency_probe
+from loadtest.harness.results import (
+    parse_study_args,
+    results_folder,
+    run_study,
+    spread,
+    study_log,
+    study_parser,
+)
+from loadtest.harness.systems import EnsembleSystem, dynamo_env
 from models.train import ensure_trained
 
-RESULTS = PROJECT_ROOT / "loadtest" / "results"
 TABLE = "player-features-routing"
 
 
-def log(message: str) -> None:
-    print(f"[routing {datetime.now(UTC):%H:%M:%S}] {message}", flush=True)
+log = study_log("routing")
 
 
 def whole_config(base: Path, *, port: int, endpoint_url: str, out: Path) -> dict[str, str]:
@@ -75,18 +79,9 @@ def wait_healthy(url: str, timeout_s: float = 600.0) -> None:
         time.sleep(1)
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 2),
-        "min": round(min(values), 2),
-        "max": round(max(values), 2),
-    }
-
-
 def run(args: argparse.Namespace) -> Path:
     apps = configured_apps(args.config)
-    folder = RESULTS / (datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-routing")
-    folder.mkdir(parents=True)
+    folder = results_folder("routing")
     for app in apps:
         ensure_trained(
             app.args.game, app.args.version, app.args.profile, root=get_settings().artifacts_root
@@ -119,7 +114,7 @@ def run(args: argparse.Namespace) -> Path:
         "command": args.command,
         "rounds": args.rounds,
         "errors": errors,
-        "c1_p50_ms": {name: spread(values) for name, values in p50s.items()},
+        "c1_p50_ms": {name: spread(values, digits=2) for name, values in p50s.items()},
         "runs": p50s,
     }
     routed = report["c1_p50_ms"]["routed"]["median"]
@@ -138,14 +133,12 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser = study_parser("loadtest.routing_cost", __doc__)
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--players", type=int, default=2000)
-    args = parser.parse_args(argv)
-    args.command = "python -m loadtest.routing_cost " + " ".join(argv or sys.argv[1:])
-    run(args)
-    return 0
+    args = parse_study_args(parser, argv)
+    return run_study(lambda: run(args), log)
 
 
 if __name__ == "__main__":

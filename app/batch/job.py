@@ -58,6 +58,11 @@ def actor_pool(args: BatchJobArgs) -> ActorPoolStrategy:
 
 def scored_players(args: BatchJobArgs, manifest: Manifest, scored_at: datetime) -> Dataset:
     """The lazy pipeline: the paced Scan, then the actor pool's scoring."""
+    return score(scanned_players(args, manifest), args, scored_at)
+
+
+def scanned_players(args: BatchJobArgs, manifest: Manifest) -> Dataset:
+    """The paced parallel Scan's decoded feature rows (the batch benchmark times it alone)."""
     source = PlayerScanDatasource(
         manifest.feature_schema,
         manifest.game,
@@ -67,12 +72,12 @@ def scored_players(args: BatchJobArgs, manifest: Manifest, scored_at: datetime) 
     )
     # One block stream per segment; without override_num_blocks Ray would split each
     # segment's output to reach its default parallelism.
-    players = ray.data.read_datasource(
+    players: Dataset = ray.data.read_datasource(
         source,
         override_num_blocks=args.segments,
         num_cpus=args.read_num_cpus,
     )
-    return score(players, args, scored_at)
+    return players
 
 
 def score(players: Dataset, args: BatchJobArgs, scored_at: datetime) -> Dataset:

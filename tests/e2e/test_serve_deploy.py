@@ -33,8 +33,8 @@ from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, local_endpoint
 from app.serving.member_layout import plan_groups
-from loadtest.locust_runner import LoadTarget, run_locust
-from loadtest.systems import ManagedProcess
+from loadtest.harness.locust_runner import LoadTarget, run_locust
+from loadtest.harness.systems import ManagedProcess
 from models.population import player_id
 from models.train import ensure_trained_all
 
@@ -377,7 +377,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     import asyncio
     import threading
 
-    from loadtest.open_loop import Caller, constant_rate, open_loop, random_players
+    from loadtest.harness.open_loop import Caller, constant_rate, open_loop, random_players
 
     apps, *_ = deployed_cluster
     canary = next(a for a in apps if a.args.version == "2026-11")
@@ -483,7 +483,7 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
 
     import psutil
 
-    from loadtest.open_loop import Caller, constant_rate, open_loop, random_players
+    from loadtest.harness.open_loop import Caller, constant_rate, open_loop, random_players
 
     apps, *_ = deployed_cluster
     app = apps[0]

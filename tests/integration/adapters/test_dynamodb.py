@@ -182,7 +182,7 @@ async def _read_or_error(store, pid):
 
 @pytest.fixture
 def slow_proxy(dynalite_server, tmp_path):
-    """loadtest/delay_proxy.py in front of the test dynalite (delay off until SIGUSR1)."""
+    """The delay proxy (loadtest/reliability/) before the test dynalite, delay off until SIGUSR1."""
     import signal
     import socket
     import subprocess
@@ -194,7 +194,7 @@ def slow_proxy(dynalite_server, tmp_path):
         [
             sys.executable,
             "-m",
-            "loadtest.delay_proxy",
+            "loadtest.reliability.delay_proxy",
             "--listen",
             f"127.0.0.1:{port}",
             "--target",

@@ -28,9 +28,9 @@ import yaml
 from app.contract import metrics as spec
 from app.local.dashboard import panels
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
+from app.local.prometheus import Prometheus, values
 from app.local.ray_auth import TOKEN_FILE, auth_header
 from app.local.ray_head import RayHead
-from loadtest.prometheus import Prometheus, values
 from models.population import player_id
 from models.train import ensure_trained
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE

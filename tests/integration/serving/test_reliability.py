@@ -18,7 +18,7 @@ import pytest
 import requests
 
 from app.local.seeding import ensure_table, seed_game
-from loadtest.locust_runner import LoadResult, LoadTarget, run_locust
+from loadtest.harness.locust_runner import LoadResult, LoadTarget, run_locust
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
 from tests.integration.conftest import APP_NAME, app_args, deploy, replica_actor_names

@@ -11,7 +11,7 @@ import pytest
 from app.contract.metrics import ALL, Kind
 from app.local import dashboard
 from app.local.processes import free_port
-from loadtest.prometheus import Prometheus
+from app.local.prometheus import Prometheus
 
 pytestmark = pytest.mark.unit
 

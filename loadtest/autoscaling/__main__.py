@@ -1,0 +1,5 @@
+import sys
+
+from loadtest.autoscaling.runner import main
+
+sys.exit(main())

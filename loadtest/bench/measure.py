@@ -1,0 +1,175 @@
+"""One run of one system in a bench round: start it, probe it at concurrency 1, search the
+highest open-loop load it holds (capacity.step_search), stop it. Which system a name starts
+(a peer, the shipped ensemble, the production layout or an ablation variant) is decided here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.local.processes import free_port
+from loadtest.bench import capacity
+from loadtest.bench.peers import LegacySystem, PoolSystem
+from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
+from loadtest.harness.isolation import CpuIsolation
+from loadtest.harness.locust_runner import LoadTarget, run_locust
+from loadtest.harness.probe import latency_probe
+from loadtest.harness.resources import ResourceMonitor
+from loadtest.harness.results import study_log
+from loadtest.harness.systems import EnsembleSystem, System, SystemFailed, derived_serve_config
+
+TABLE = "player-features-bench"
+log = study_log("bench")
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    folder: Path
+    endpoint_url: str
+    version_dir: Path
+    route_prefix: str
+    game: str
+    isolation: CpuIsolation
+
+
+def make_system(name: str, ctx: Context, out: Path) -> System:
+    port = free_port()
+    if name == "legacy":
+        system: System = LegacySystem(
+            ctx.version_dir, ctx.route_prefix, port, ctx.endpoint_url, TABLE, out / "legacy.log"
+        )
+    elif name == "pool":
+        system = PoolSystem(
+            ctx.version_dir, ctx.route_prefix, port, ctx.endpoint_url, TABLE, out / "pool.log"
+        )
+    elif name == "ensemble":
+        system = _ensemble(ctx, out, None, ctx.args.config)
+    elif name == "ensemble-production":
+        system = _ensemble(ctx, out, None, ctx.args.production_config)
+        system.name = name
+    else:
+        variant = VARIANTS[name]
+        base = ctx.args.production_config if variant.base == PRODUCTION else ctx.args.config
+        system = _ensemble(ctx, out, variant, base)
+    system.before_exec = ctx.isolation.enter_system
+    return system
+
+
+def _ensemble(ctx: Context, out: Path, variant: Variant | None, base: Path) -> EnsembleSystem:
+    label = variant.name if variant else base.stem
+    port = free_port()
+    config, prefix, ray_env = derived_serve_config(
+        base,
+        profile=ctx.args.profile,
+        port=port,
+        endpoint_url=ctx.endpoint_url,
+        table=TABLE,
+        out=out / f"{label}.yaml",
+        variant=variant,
+    )
+    if variant is not None and variant.direct_ingress:
+        # Serve gives the ingress replica the first free port from this range.
+        port = free_port()
+        ray_env |= {
+            "RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(port),
+            "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(port + 50),
+        }
+    system = EnsembleSystem(config, prefix, port, out / f"{label}.log", ray_env)
+    if variant is not None:
+        system.name = variant.name
+    return system
+
+
+def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
+    """One run of one system: start, c=1 probe, step search, stop."""
+    args = ctx.args
+    system = make_system(name, ctx, out)
+    target = LoadTarget(system.port, system.route_prefix, ctx.game, args.players)
+    started = time.monotonic()
+    steps: list[dict[str, Any]] = []
+    try:
+        system.start()
+        assert system.process is not None
+        ready_s = time.monotonic() - started
+        log(f"{name}: ready after {ready_s:.0f}s")
+        with ResourceMonitor(system.process) as monitor:
+            probe = latency_probe(
+                target.port, target.route_prefix, target.game, target.players, args.probe_requests
+            )
+            log(f"{name}: c=1 p50 {probe.p50_ms:.1f} ms, p95 {probe.p95_ms:.1f} ms")
+            if not args.c1_only:
+
+                def run_level(offered: int) -> bool:
+                    step = _level(name, target, offered, args, out)
+                    steps.append(step)
+                    return step["held"]
+
+                capacity.step_search(run_level, levels(args.levels), args.refine)
+    except (SystemFailed, RuntimeError, OSError) as exc:
+        # A system that dies or will not start is a result too; the rounds go on.
+        log(f"{name}: FAILED: {exc}")
+        return {"error": str(exc), "steps": steps}
+    finally:
+        system.stop()
+    held = [s for s in steps if s["held"]]
+    max_rps = max((s["rps"] for s in held), default=0.0) if steps else None
+    return {
+        "ready_s": round(ready_s, 1),
+        "c1_p50_ms": round(probe.p50_ms, 3),
+        "c1_p95_ms": round(probe.p95_ms, 3),
+        "c1_p99_ms": round(probe.p99_ms, 3),
+        "c1_errors": probe.errors,
+        "max_rps_held": max_rps,
+        "max_offered_held": max((s["offered_rps"] for s in held), default=0) if steps else None,
+        "peak_rss_mb": round(monitor.peak_rss_mb, 1),
+        "peak_by_role_mb": monitor.peak_by_role_mb,
+        "unclassified_processes": sorted(monitor.unclassified),
+        "rss_mb_per_rps": round(monitor.peak_rss_mb / max_rps, 2) if max_rps else None,
+        "steps": steps,
+    }
+
+
+def levels(spec: str) -> list[int]:
+    return [int(x) for x in spec.split(",") if x.strip()]
+
+
+def _level(
+    name: str, target: LoadTarget, offered: int, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    users = max(1, round(offered / args.user_rps))
+    result = run_locust(
+        target,
+        out / f"{name}-step-{offered:04d}",
+        users=users,
+        user_rps=args.user_rps,
+        run_time_s=args.step_seconds,
+        arrivals="open",
+    )
+    verdict = capacity.judge(result, offered)
+    log(
+        f"{name}: {offered:>4} rps offered -> {result.total_rps:6.1f} achieved "
+        f"({result.rps:.1f} logins/s), p50 {result.p50_ms:.0f} / p95 {result.p95_ms:.0f} / "
+        f"p99 {result.p99_ms:.0f} ms: "
+        + ("held" if verdict.held else "NOT held: " + "; ".join(verdict.reasons))
+    )
+    return {
+        "offered_rps": offered,
+        "users": users,
+        "held": verdict.held,
+        "not_held_because": list(verdict.reasons),
+        "requests": result.requests,
+        "failures": result.failures,
+        "degraded": result.degraded,
+        "total_rps": round(result.total_rps, 2),
+        "rps": round(result.rps, 2),
+        "p50_ms": result.p50_ms,
+        "p95_ms": result.p95_ms,
+        "p99_ms": result.p99_ms,
+        "fallback_share": round(result.fallback_share, 6),
+        "outcomes": result.outcomes,
+    }

@@ -1,0 +1,57 @@
+"""Ensemble configurations for the ablation: each lever of the shipped design taken out alone.
+
+A variant is the shipped configuration (serve_config.yaml, or the production layout) with
+one lever switched off, measured in the same rounds as the shipped one: its ratio to the
+shipped configuration is what that lever is worth.
+"""
+
+from __future__ import annotations
+
+from loadtest.harness.variant import PRODUCTION, SHIPPED, Variant
+
+__all__ = ["PRODUCTION", "SHIPPED", "VARIANTS", "Variant"]
+
+_NO_HAPROXY = {
+    "RAY_SERVE_ENABLE_HA_PROXY": None,
+    "RAY_SERVE_HAPROXY_RETRY_ON": None,
+    "RAY_SERVE_HAPROXY_RETRIES": None,
+}
+_NO_COALESCING = {"coalescing": {"enabled": False}}
+_OLD_READS = {"OFFERS_FEATURE_CACHE_TTL_S": "0", "OFFERS_DYNAMODB_BATCH_READS": "false"}
+
+VARIANTS: dict[str, Variant] = {
+    v.name: v
+    for v in (
+        Variant(
+            "python-proxy",
+            "Serve's Python proxy on the documented port instead of HAProxy",
+            ray_env=_NO_HAPROXY,
+        ),
+        Variant(
+            "grpc-off",
+            "handle calls over Ray actor calls instead of gRPC",
+            ray_env={"RAY_SERVE_USE_GRPC_BY_DEFAULT": "0"},
+        ),
+        Variant(
+            "no-coalescing",
+            "one fan-out per login instead of one per batch of concurrent logins",
+            args=_NO_COALESCING,
+        ),
+        Variant(
+            "uncached-reads",
+            "no feature cache, one GetItem per login (legacy's read path)",
+            replica_env=_OLD_READS,
+        ),
+        Variant(
+            "production-uncoalesced",
+            "production layout, one fan-out (12 handle calls) per login",
+            base=PRODUCTION,
+            args=_NO_COALESCING,
+        ),
+        Variant(
+            "direct-ingress",
+            "clients call one supervisor replica's own port (not a production address)",
+            direct_ingress=True,
+        ),
+    )
+}

@@ -1,0 +1,1 @@
+"""What the studies share. Nothing here imports a study (import-linter enforces it)."""

@@ -1,0 +1,182 @@
+"""Start, watch and stop a system under test, each as its own process tree: the ensemble under
+`serve run` (EnsembleSystem) and the process every Ray node or peer server runs in
+(ManagedProcess)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import requests
+import yaml
+
+from app.local.processes import LOCAL_CREDENTIALS, ChildProcess, Managed, ProcessFailed
+from app.local.ray_auth import ray_auth_env
+from loadtest.harness import variant as variants
+from loadtest.harness.variant import Variant
+
+BIN = Path(sys.executable).parent
+
+
+class SystemFailed(RuntimeError):
+    pass
+
+
+class ManagedProcess(ChildProcess):
+    """A system under test or a Ray node: a ChildProcess (its own session, log, group stop)
+    stopped with SIGINT, then SIGTERM, then SIGKILL, whose descendants that left its group
+    (Ray workers orphaned by a hard kill) are found from its process tree and killed by pid,
+    never by a pattern."""
+
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        log_path: Path,
+        *,
+        before_exec: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(args, log_path=log_path, env=env, before_exec=before_exec)
+
+    def tree(self) -> list[psutil.Process]:
+        """The process and every descendant (for Ray: GCS, raylet and all replicas)."""
+        if self.pid is None:
+            return []
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self, grace_s: float = 60.0) -> None:
+        family = self.tree()
+        self.stop_steps = ((signal.SIGINT, grace_s), (signal.SIGTERM, 10.0))
+        super().stop()
+        _, alive = psutil.wait_procs([p for p in family if p.is_running()], timeout=10)
+        for leftover in alive:
+            try:
+                leftover.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def dynamo_env(endpoint_url: str, table: str) -> dict[str, str]:
+    return {
+        "OFFERS_DYNAMODB_ENDPOINT_URL": endpoint_url,
+        "OFFERS_DYNAMODB_TABLE": table,
+        "AWS_ACCESS_KEY_ID": LOCAL_CREDENTIALS["aws_access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIALS["aws_secret_access_key"],
+    }
+
+
+class System(Managed):
+    """One system under test: a process tree serving `<base_url><route_prefix>/v1/offers`."""
+
+    name: str
+
+    def __init__(self, port: int, route_prefix: str, log_path: Path) -> None:
+        self.port = port
+        self.route_prefix = route_prefix
+        self.log_path = log_path
+        self.process: ManagedProcess | None = None
+        # Runs in the system's first process before exec (loadtest.harness.isolation).
+        self.before_exec: Callable[[], None] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        raise NotImplementedError
+
+    def start(self, ready_timeout_s: float = 600.0) -> System:
+        args, env = self._command()
+        self.process = ManagedProcess(args, env, self.log_path, before_exec=self.before_exec)
+        self.process.start()
+        try:
+            self._wait_ready(ready_timeout_s)
+        except BaseException:
+            # Includes Ctrl-C/SIGTERM while starting: `with` would not call __exit__ here.
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout_s: float) -> None:
+        assert self.process is not None
+        url = f"{self.base_url}{self.route_prefix}/healthz"
+
+        def healthy() -> bool:
+            try:
+                return requests.get(url, timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        try:
+            self.process.wait_ready(healthy, timeout_s, poll_s=0.5)
+        except ProcessFailed as exc:
+            raise SystemFailed(f"{self.name}: {exc}") from exc
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+            self.process = None
+
+
+class EnsembleSystem(System):
+    """`serve run` of a Serve config derived from serve_config.yaml (local Ray started by it)."""
+
+    name = "ensemble"
+
+    def __init__(
+        self,
+        config_path: Path,
+        route_prefix: str,
+        port: int,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(port, route_prefix, log_path)
+        self.config_path = config_path
+        self.extra_env = extra_env or {}
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        # `serve run` starts a local Ray: with the project's token, not one under ~/.ray.
+        return [str(BIN / "serve"), "run", str(self.config_path)], {
+            **os.environ,
+            **ray_auth_env(),
+            **self.extra_env,
+        }
+
+
+def derived_serve_config(
+    base: Path,
+    *,
+    profile: str,
+    port: int,
+    endpoint_url: str,
+    table: str,
+    out: Path,
+    variant: Variant | None = None,
+) -> tuple[Path, str, dict[str, str]]:
+    """Write a copy of `base` serving its first application with `profile` on `port`,
+    optionally rewritten to an ablation variant.
+
+    Returns the new config's path, the application's route prefix and the environment
+    `serve run` must start Ray with.
+    """
+    document = yaml.safe_load(base.read_text())
+    document["http_options"] = {**document.get("http_options", {}), "port": port}
+    app = document["applications"][0]
+    document["applications"] = [app]
+    app["args"] = {**app.get("args", {}), "profile": profile}
+    env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
+    env.update(dynamo_env(endpoint_url, table))
+    if variant is not None:
+        variants.apply(variant, app)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(yaml.safe_dump(document, sort_keys=False))
+    return out, app["route_prefix"], variants.ray_env(variant)

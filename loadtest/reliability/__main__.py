@@ -1,0 +1,5 @@
+import sys
+
+from loadtest.reliability.runner import main
+
+sys.exit(main())

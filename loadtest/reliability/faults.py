@@ -1,0 +1,81 @@
+"""The faults the reliability scenarios inject: a slow DynamoDB (a delay proxy in front of
+dynalite), a client that dies mid-request, and the replicas a kill targets."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+
+import psutil
+
+from app.local.processes import PROJECT_ROOT
+from loadtest.harness.cluster import LocalCluster
+from loadtest.harness.systems import BIN, ManagedProcess
+
+
+class DelayProxyProcess(ManagedProcess):
+    """loadtest/reliability/delay_proxy.py between the service and dynalite: SIGUSR1 adds
+    `delay_ms` to every DynamoDB call, SIGUSR2 takes it off, SIGHUP logs the calls so far."""
+
+    def __init__(self, listen_port: int, target: str, log_path: Path, delay_ms: float) -> None:
+        super().__init__(
+            [
+                str(BIN / "python"),
+                "-m",
+                "loadtest.reliability.delay_proxy",
+                "--listen",
+                f"127.0.0.1:{listen_port}",
+                "--target",
+                target,
+                "--delay-ms",
+                str(delay_ms),
+            ],
+            {"PATH": str(BIN), "PYTHONPATH": str(PROJECT_ROOT)},
+            log_path,
+        )
+        self.port = listen_port
+
+    def calls(self) -> int:
+        self.process.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+        time.sleep(0.3)
+        counts = re.findall(r"calls (\d+)", self.log_path.read_text())
+        return int(counts[-1]) if counts else 0
+
+    def wait_listening(self, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError(f"delay proxy not listening on {self.port}")
+
+
+def abort_mid_request(host: str, port: int) -> None:
+    """What a client that dies mid-request does to dynalite: half a body, then a reset."""
+    sock = socket.create_connection((host, port))
+    sock.sendall(
+        b"POST / HTTP/1.1\r\nHost: dynalite\r\nContent-Type: application/x-amz-json-1.0\r\n"
+        b'X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 1000\r\n\r\n{"Lim'
+    )
+    time.sleep(0.2)
+    sock.close()
+
+
+def replica_pids(cluster: LocalCluster, deployment: str) -> list[int]:
+    pids = []
+    for node in (cluster.head, cluster.worker):
+        if node is None:
+            continue
+        for proc in node.tree():
+            try:
+                title = " ".join(proc.cmdline())
+            except psutil.Error:
+                continue
+            if "ServeReplica:" in title and f":{deployment}" in title:
+                pids.append(proc.pid)
+    return pids

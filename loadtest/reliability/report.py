@@ -1,0 +1,77 @@
+"""The reliability run's outputs: a plot per scenario and the table printed at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadtest.harness.open_loop import Shot
+
+
+def plot(
+    shots: list[Shot], name: str, limit_ms: float, fault: str | None, fault_at_s: float, out: Path
+) -> None:
+    """Client latency over send time, one colour per outcome, the fault and the limit marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = {
+        "200 personalized": ([], [], "tab:green", "."),
+        "200 fallback": ([], [], "tab:orange", "."),
+        "503 refused": ([], [], "tab:blue", "."),
+        "other 5xx": ([], [], "tab:red", "x"),
+        "no answer": ([], [], "black", "x"),
+    }
+    for s in shots:
+        if s.status is None:
+            key = "no answer"
+        elif s.status == 503:
+            key = "503 refused"
+        elif s.status >= 500:
+            key = "other 5xx"
+        elif s.personalized:
+            key = "200 personalized"
+        else:
+            key = "200 fallback"
+        groups[key][0].append(s.sent_s)
+        groups[key][1].append(s.latency_ms)
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for label, (xs, ys, color, marker) in groups.items():
+        if xs:
+            ax.scatter(xs, ys, s=6, c=color, marker=marker, label=f"{label} ({len(xs)})")
+    ax.axhline(limit_ms, color="grey", ls="--", lw=1, label="budget + 100 ms")
+    if fault:
+        ax.axvline(fault_at_s, color="red", lw=1)
+        label = fault if len(fault) <= 70 else fault[:67] + "..."
+        ax.text(fault_at_s, ax.get_ylim()[1] * 0.95, f" {label}", color="red", fontsize=8, va="top")
+    ax.set_xlabel("seconds since the start of the scenario (send time)")
+    ax.set_ylabel("client latency (ms)")
+    ax.set_title(name)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        "| scenario | sent | status counts | 5xx (not 503) | no answer | p50 / p99 / max (ms) "
+        "| refusal p99 (ms) | > budget+100 | fallback share | precomputed / default "
+        "| recovered (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in report["scenarios"].items():
+        counts = ", ".join(f"{k}: {v}" for k, v in s["status_counts"].items())
+        shares = ", ".join(f"{k} {v:.3f}" for k, v in s["fallback_share_by_reason"].items())
+        tiers = s.get("tier_share", {})
+        tier = f"{tiers.get('precomputed', 0):.3f} / {tiers.get('default', 0):.3f}"
+        lines.append(
+            f"| {name} | {s['sent']} | {counts} | {s['http_5xx_non503']} | {s['no_answer']} "
+            f"| {s['client_p50_ms']} / {s['client_p99_ms']} / {s['client_max_ms']} "
+            f"| {s['refusal_p99_ms'] if s['refusal_p99_ms'] is not None else '-'} "
+            f"| {s['over_budget_plus_100ms']} | {shares or '-'} | {tier} "
+            f"| {s.get('recovered_after_s', '-')} |"
+        )
+    return "\n".join(lines)

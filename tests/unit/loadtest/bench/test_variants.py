@@ -1,0 +1,73 @@
+"""Ablation variants: the shipped config with exactly one lever off, still a valid config."""
+
+
+import pytest
+import yaml
+
+from app.config.app_args import EnsembleAppArgs
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.local.processes import PROJECT_ROOT as ROOT
+from loadtest.bench.variants import PRODUCTION, VARIANTS
+from loadtest.harness.systems import derived_serve_config
+from loadtest.harness.variant import ray_env
+
+pytestmark = pytest.mark.unit
+
+
+BASES = {
+    "shipped": ROOT / "serve_config.yaml",
+    PRODUCTION: ROOT / "serve_config.production-layout.yaml",
+}
+
+
+def derive(tmp_path, variant=None, base="shipped"):
+    path, prefix, env = derived_serve_config(
+        BASES[base],
+        profile="tiny",
+        port=18123,
+        endpoint_url="http://127.0.0.1:4999",
+        table="t",
+        out=tmp_path / "derived.yaml",
+        variant=variant,
+    )
+    document = yaml.safe_load(path.read_text())
+    return document, prefix, env
+
+
+def test_the_shipped_config_runs_with_serves_process_settings(tmp_path):
+    document, prefix, env = derive(tmp_path)
+    assert env == SERVE_PROCESS_ENV
+    assert document["http_options"]["port"] == 18123
+    app = document["applications"][0]
+    assert app["route_prefix"] == prefix
+    assert app["args"]["profile"] == "tiny"
+    assert app["runtime_env"]["env_vars"]["OFFERS_DYNAMODB_ENDPOINT_URL"] == "http://127.0.0.1:4999"
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_each_variant_is_a_valid_config_differing_in_its_lever_only(tmp_path, name):
+    variant = VARIANTS[name]
+    shipped, _, shipped_env = derive(tmp_path, None, variant.base)
+    document, _, env = derive(tmp_path, variant, variant.base)
+    args = EnsembleAppArgs.model_validate(document["applications"][0]["args"])
+    base_args = EnsembleAppArgs.model_validate(shipped["applications"][0]["args"])
+    changed_args = {k for k in type(args).model_fields if getattr(args, k) != getattr(base_args, k)}
+    assert changed_args == set(variant.args)
+    changed_env = {k for k in env.keys() | shipped_env.keys() if env.get(k) != shipped_env.get(k)}
+    assert changed_env == set(variant.ray_env)
+    replica = document["applications"][0]["runtime_env"]["env_vars"]
+    base_replica = shipped["applications"][0]["runtime_env"]["env_vars"]
+    assert {k: v for k, v in replica.items() if base_replica.get(k) != v} == variant.replica_env
+
+
+def test_python_proxy_variant_drops_haproxy_but_keeps_the_fast_path():
+    env = ray_env(VARIANTS["python-proxy"])
+    assert not any(key.startswith("RAY_SERVE_HAPROXY") for key in env)
+    assert "RAY_SERVE_ENABLE_HA_PROXY" not in env
+    assert env["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
+
+
+def test_variants_cover_the_issue_levers():
+    assert VARIANTS["grpc-off"].ray_env == {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "0"}
+    assert VARIANTS["no-coalescing"].args == {"coalescing": {"enabled": False}}
+    assert VARIANTS["production-uncoalesced"].base == PRODUCTION

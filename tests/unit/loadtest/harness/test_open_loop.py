@@ -1,0 +1,37 @@
+"""The open-loop driver's bookkeeping: every login counted once, schedules as asked."""
+
+import pytest
+
+from loadtest.harness.open_loop import Shot, burst, constant_rate, summarize
+
+pytestmark = pytest.mark.unit
+
+
+def shot(t, ms, status, personalized=True, reason=None, retry_after=None):
+    return Shot(t, ms, status, personalized, reason, retry_after)
+
+
+def test_summary_separates_refusals_errors_and_lost_logins():
+    shots = [
+        shot(0.0, 40, 200),
+        shot(0.1, 60, 200, False, "quorum"),
+        shot(0.2, 900, 200),
+        shot(0.3, 5, 503, retry_after="1"),
+        shot(0.4, 8, 503),  # a refusal without Retry-After is counted as such
+        shot(0.5, 30, 500),
+        shot(0.6, 10_000, None),
+    ]
+    s = summarize(shots)
+    assert (s["sent"], s["answered"], s["no_answer"]) == (7, 6, 1)
+    assert s["status_counts"] == {"200": 3, "500": 1, "503": 2, "no_answer": 1}
+    assert s["http_5xx_non503"] == 1
+    assert s["refused_without_retry_after"] == 1
+    # Latency percentiles cover accepted (non-503) answers only; refusals have their own.
+    assert s["client_max_ms"] == 900
+    assert s["refusal_p99_ms"] == 8
+    assert s["fallback_share_by_reason"] == {"quorum": pytest.approx(1 / 3, abs=1e-4)}
+
+
+def test_schedules():
+    assert constant_rate(4, 1.5) == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
+    assert burst(3) == [0.0, 0.0, 0.0]

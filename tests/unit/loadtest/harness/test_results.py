@@ -1,0 +1,75 @@
+"""The studies' shared plumbing: spreads over rounds, results folders, the command line that
+reproduces a run, and a run that SIGTERM unwinds like Ctrl-C."""
+
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from loadtest.harness.results import (
+    parse_study_args,
+    results_folder,
+    run_study,
+    spread,
+    study_log,
+    study_parser,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_spread_is_median_min_max_of_the_rounds_that_measured_it():
+    assert spread([30.0, 10.0, 20.0, None]) == {
+        "median": 20.0,
+        "min": 10.0,
+        "max": 30.0,
+        "n": 3,
+    }
+    assert spread([None]) is None
+    assert spread([1.23456, 2.34567], digits=1) == {"median": 1.8, "min": 1.2, "max": 2.3, "n": 2}
+
+
+def test_each_run_gets_a_new_folder_named_by_its_utc_start(tmp_path):
+    folder = results_folder("bench", root=tmp_path)
+    assert folder.is_dir() and folder.parent == tmp_path
+    assert re.fullmatch(r"\d{8}T\d{6}Z-bench", folder.name)
+    assert re.fullmatch(r"\d{8}T\d{6}Z", results_folder(root=tmp_path / "x").name)
+
+
+def test_the_recorded_command_reproduces_the_run():
+    parser = study_parser("loadtest.bench", "The benchmark.\n\nDetails nobody reads.")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--systems", default="")
+    args = parse_study_args(parser, ["--rounds", "1", "--systems", "legacy,pool ensemble"])
+    assert args.rounds == 1
+    assert args.command == "python -m loadtest.bench --rounds 1 --systems 'legacy,pool ensemble'"
+    assert parser.description == "The benchmark."
+
+
+def test_a_study_logs_under_its_name(capsys):
+    study_log("reliability")("started")
+    assert re.fullmatch(r"\[reliability \d\d:\d\d:\d\d\] started\n", capsys.readouterr().out)
+
+
+def test_sigterm_unwinds_a_job_like_ctrl_c():
+    cleaned = []
+    logged = []
+
+    def job():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted before this ends
+        finally:
+            cleaned.append(True)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        assert run_study(job, logged.append) == 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert cleaned == [True]
+    assert logged and "interrupted" in logged[0]
+    assert run_study(lambda: None, logged.append) == 0
+    signal.signal(signal.SIGTERM, previous)
