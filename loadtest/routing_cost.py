@@ -28,7 +28,7 @@ from app.config.settings import get_settings
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps
+from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps, edge_env
 from loadtest.harness.probe import latency_probe
 from loadtest.harness.results import (
     parse_study_args,
@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> Path:
             args.config, port=port, endpoint_url=dynalite.endpoint_url, out=folder / "serve.yaml"
         )
         system = EnsembleSystem(
-            folder / "serve.yaml", paths["routed"], port, folder / "serve.log", SERVE_PROCESS_ENV
+            folder / "serve.yaml", paths["routed"], port, folder / "serve.log",
+            {**SERVE_PROCESS_ENV, **edge_env(folder / "serve.yaml")}
         )
         with system:
             for prefix in paths.values():  # the router is up before its versions may be

@@ -14,7 +14,12 @@ from typing import Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.core.admission import AdmissionGate, EdgeArrival, parse_request_start
+from app.core.admission import (
+    OVERLOADED_DETAIL,
+    AdmissionGate,
+    EdgeArrival,
+    parse_request_start,
+)
 
 OFFERS_PATH_SUFFIX = "/v1/offers"
 ARRIVAL_STATE_KEY = "edge_arrival"
@@ -34,12 +39,7 @@ class AdmissionMiddleware:
     def __init__(self, app: ASGIApp, *, gate: AdmissionGate, retry_after_s: float) -> None:
         self.app = app
         self.gate = gate
-        self._refusal_body = json.dumps(
-            {
-                "detail": "overloaded: this replica holds as many logins as it can answer in "
-                "time; retry after the Retry-After header's seconds"
-            }
-        ).encode()
+        self._refusal_body = json.dumps({"detail": OVERLOADED_DETAIL}).encode()
         self._refusal_headers = [
             (b"content-type", b"application/json"),
             (b"retry-after", retry_after_value(retry_after_s).encode()),

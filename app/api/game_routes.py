@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from app.api.schemas import (
     OfferResponse,
     SplitInfo,
 )
+from app.core.admission import parse_request_start
 from app.core.offer_routing import OfferRouter
 
 
@@ -46,6 +48,7 @@ def build_router_api(
     async def create_offer(
         body: OfferRequest,
         x_request_id: Annotated[str | None, Header(pattern=REQUEST_ID_PATTERN)] = None,
+        x_request_start: Annotated[str | None, Header(include_in_schema=False)] = None,
     ) -> JSONResponse:
         if body.game != router.split.game:
             raise HTTPException(
@@ -53,7 +56,11 @@ def build_router_api(
                 detail=f"game {body.game!r} is not served here; this router serves "
                 f"{router.split.game!r}",
             )
-        reply = await router.route(body.model_dump(mode="json"), x_request_id)
+        # The edge's arrival stamp: the wait in HAProxy's queue comes off the budget.
+        waited_s = parse_request_start(x_request_start, time.time()) or 0.0
+        reply = await router.route(
+            body.model_dump(mode="json"), x_request_id, waited_ms=waited_s * 1000.0
+        )
         if reply.status == 200 and reply.body is not None:
             return JSONResponse(reply.body)
         raise HTTPException(

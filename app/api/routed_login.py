@@ -12,13 +12,10 @@ from typing import Any
 
 from app.api.routes import to_query, to_response
 from app.api.schemas import OfferRequest
-from app.core.admission import AdmissionGate
+from app.core.admission import OVERLOADED_DETAIL, AdmissionGate
 from app.core.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
 
-OVERLOADED = (
-    "overloaded: this replica holds as many logins as it can answer in time; retry after "
-    "the Retry-After header's seconds"
-)
+OVERLOADED = OVERLOADED_DETAIL
 
 
 async def answer_routed_login(

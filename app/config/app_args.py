@@ -146,14 +146,24 @@ class BatchingConfig(StrictModel):
 
 
 class AdmissionConfig(StrictModel):
-    """How many logins one supervisor replica takes on at once (app.core.admission)."""
+    """How many logins one ingress replica (supervisor or router) takes on at once, and how
+    long a login may wait for one at the edge (app.core.admission, app.edge)."""
 
     max_in_flight: int = Field(
         default=16,
         ge=1,
-        description="logins held by one supervisor replica; the next one gets an immediate "
-        "503 with Retry-After. Must stay below the supervisor's max_ongoing_requests, so "
-        "Serve never queues a login before its budget starts.",
+        description="logins held by one ingress replica: HAProxy forwards at most this many to "
+        "it at once (its maxconn) and a supervisor's own gate refuses the next with an "
+        "immediate 503 and Retry-After. Must stay below the deployment's max_ongoing_requests, "
+        "so Serve never queues a login before its budget starts.",
+    )
+    edge_queue_timeout_ms: int = Field(
+        default=30,
+        ge=1,
+        le=1000,
+        description="how long a login may wait in HAProxy's queue for a replica with room; "
+        "then HAProxy answers it 503 with Retry-After itself, without waking a replica. It "
+        "counts against the login's budget (X-Request-Start).",
     )
 
 

@@ -6,7 +6,7 @@ from typing import Self
 
 from pydantic import Field, model_validator
 
-from app.config.app_args import AutoscalingArgs, DeploymentArgs
+from app.config.app_args import AdmissionConfig, AutoscalingArgs, DeploymentArgs
 from app.config.knobs import RouterKnobs
 from app.config.strict import StrictModel
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
@@ -43,6 +43,9 @@ class RouterAppArgs(StrictModel):
         "if it fails or stays silent",
     )
     retry_after_s: float = Field(default=1.0, ge=0)
+    # Enforced at the edge only (HAProxy's maxconn per router replica): the router holds no
+    # work of its own, the versions it calls keep their own gates.
+    admission: AdmissionConfig = Field(default_factory=lambda: AdmissionConfig(max_in_flight=32))
     router: DeploymentArgs = Field(default_factory=lambda: ROUTER_DEFAULTS)
 
     @model_validator(mode="after")
@@ -51,6 +54,11 @@ class RouterAppArgs(StrictModel):
             # The router reports no utilization; it does not coalesce either, so requests in
             # flight per replica is its load.
             raise ValueError("router.autoscaling.signal must be ongoing_requests")
+        if self.admission.max_in_flight >= self.router.max_ongoing_requests:
+            raise ValueError(
+                f"admission.max_in_flight ({self.admission.max_in_flight}) must be below "
+                f"router.max_ongoing_requests ({self.router.max_ongoing_requests})"
+            )
         names = [v.version for v in self.versions]
         if len(set(names)) != len(names):
             raise ValueError(f"versions listed twice: {names}")

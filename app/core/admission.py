@@ -13,6 +13,13 @@ from dataclasses import dataclass
 
 from app.core.load_meter import LoadMeter
 
+# The body of every refusal for load, whoever gives it: a supervisor's gate, a version
+# answering the router, or HAProxy's queue (app.edge). A caller sees one refusal, one meaning.
+OVERLOADED_DETAIL = (
+    "overloaded: the service holds as many logins as it can answer in time; retry after the "
+    "Retry-After header's seconds"
+)
+
 # A front proxy's arrival stamp this far in the past (or future) is clock skew or a bad
 # header, not queueing; it is ignored rather than trusted.
 MAX_EDGE_WAIT_S = 60.0

@@ -80,8 +80,13 @@ class OfferRouter:
         self._budget_ms = budget_ms
         self._reserve_ms = failover_reserve_ms
 
-    async def route(self, payload: dict[str, Any], request_id: str | None) -> RoutedReply:
-        budget_ms = self._budget_ms
+    async def route(
+        self, payload: dict[str, Any], request_id: str | None, *, waited_ms: float = 0.0
+    ) -> RoutedReply:
+        """`waited_ms`: how long the login already waited before the router saw it (the edge's
+        queue, X-Request-Start); it comes off the budget, so every version the login is sent
+        to keeps its original deadline."""
+        budget_ms = self._budget_ms - max(waited_ms, 0.0)
         if payload.get("deadline_ms") is not None:
             budget_ms = min(budget_ms, float(payload["deadline_ms"]))
         deadline = Deadline.start(budget_ms)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 
 ARTIFACTS_ROOT = "/home/ray/artifacts"
 WORKDIR = "/home/ray/dynamic-offers"
+# Where the base image's pip puts console scripts: Serve starts this as its HAProxy (app.edge).
+EDGE_BINARY = "/home/ray/anaconda3/bin/offers-haproxy"
 
 
 def base_image(ray_version: str, python: str) -> str:
@@ -40,7 +42,8 @@ def dockerfile(
         "COPY --chown=ray:users app/ app/",
         "COPY --chown=ray:users models/*.py models/",
         "RUN pip install --no-cache-dir -c constraints.txt . \\",
-        "    && python -c 'import app.serving.builder'",
+        "    && python -c 'import app.serving.builder' \\",
+        f"    && test -x {EDGE_BINARY}",
         "# The trained versions serve_config.yaml serves, with their manifests (checksums are",
         "# verified when a replica loads them). `make models` trains them into models/artifacts.",
         *copies,

@@ -19,8 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
+from app.config.edge import EDGE_ENV
 from app.config.ray_env import SERVE_PROCESS_ENV
+from app.k8s.dockerfile import EDGE_BINARY
 from app.k8s.profile import ProductionProfile, k8s_quantity_cpu, k8s_quantity_gib
+from app.local.serve_config import edge_config
 
 SERVE_PORT = 8000
 METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
@@ -45,6 +50,12 @@ def rayservice(
     profile: ProductionProfile, serve_config_v2: str, *, image: str, ray_version: str
 ) -> dict[str, Any]:
     workers = profile.workers
+    # Admission at the edge (app.edge): Serve starts the image's offers-haproxy as its
+    # HAProxy on every node, with the served applications' limits.
+    edge = {
+        "RAY_SERVE_HAPROXY_BINARY_PATH": EDGE_BINARY,
+        EDGE_ENV: edge_config(yaml.safe_load(serve_config_v2)).model_dump_json(),
+    }
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayService",
@@ -101,6 +112,7 @@ def rayservice(
                             ("metrics", METRICS_PORT),
                             ("haproxy-metrics", HAPROXY_METRICS_PORT),
                         ],
+                        edge=edge,
                     ),
                 },
                 "workerGroupSpecs": [
@@ -128,6 +140,7 @@ def rayservice(
                                 ("metrics", METRICS_PORT),
                                 ("haproxy-metrics", HAPROXY_METRICS_PORT),
                             ],
+                            edge=edge,
                         ),
                     }
                 ],
@@ -164,6 +177,7 @@ def _pod(
     memory_gib: float,
     shm_gib: float | None,
     ports: list[tuple[str, int]],
+    edge: dict[str, str],
 ) -> dict[str, Any]:
     resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
     mounts: list[dict[str, Any]] = [
@@ -189,7 +203,7 @@ def _pod(
                 "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib + 0.25)},
             }
         )
-    env = [{"name": k, "value": v} for k, v in SERVE_PROCESS_ENV.items()]
+    env = [{"name": k, "value": v} for k, v in {**SERVE_PROCESS_ENV, **edge}.items()]
     env.append(
         {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
     )

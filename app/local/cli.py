@@ -7,14 +7,15 @@
                      [--dashboard-port 8265]
     offers batch     --game G --version V [--config serve_config.yaml] [--players 10000]
                      [-- offers-batch options]
-    offers ray-env   (prints `export` lines: eval "$(offers ray-env)" before `ray start`)
+    offers ray-env   [--config serve_config.yaml]   (`export` lines: eval them before `ray start`)
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
 against the layout. `run-local` is what `make run` calls: it prepares, starts dynalite (data
 in .local/, git-ignored), creates and seeds the table if needed, starts a one-node Ray with
 fixed metrics and dashboard ports (app.local.ray_head), then runs `serve run` against it in
-the foreground with Serve's process settings. Ctrl-C stops Serve, then Ray, then dynalite.
+the foreground with Serve's process settings and the config's edge admission (app.edge).
+Ctrl-C stops Serve, then Ray, then dynalite.
 Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app's
 `args.artifacts_root` says otherwise. `batch` (what `make batch` calls) scores every player of
 one served version with the Ray Data job (`offers-batch`, app.batch) against the local
@@ -22,7 +23,9 @@ dynalite: the running one of `make run` if its port answers, else one it starts 
 and stops. Runs go to OFFERS_BATCH_OUTPUT_URI (default .local/batch), where `make run`'s
 supervisors pick up the snapshot. `ray-env` prints the token-auth settings of the project's
 clusters (app.local.ray_auth), making the project's token file if it is missing, for a
-cluster started by hand and for `serve deploy`/`serve status` against `make run`'s.
+cluster started by hand and for `serve deploy`/`serve status` against `make run`'s; with
+`--config`, also Serve's process settings and that config's edge admission, as `make run`
+starts Ray with them.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from app.local.serve_config import (
     check_deployment_overrides,
     configured_apps,
     configured_routers,
+    edge_env,
     local_endpoint,
 )
 from models import recipes
@@ -130,9 +134,9 @@ def run_local(
         # supervisor lets the next trial read through (no restart of the service).
         dynalite.supervise()
         seed(apps, dynalite.client(timeout_s=10.0), table, players)
-        # Serve's process-level performance settings where Ray starts; the caller's
-        # environment wins.
-        env = {**SERVE_PROCESS_ENV, **os.environ}
+        # Serve's process-level performance settings and the edge's admission (app.edge)
+        # where Ray starts; the caller's environment wins.
+        env = {**SERVE_PROCESS_ENV, **edge_env(config), **os.environ}
         head = RayHead(
             Path(sys.executable).parent,
             env,
@@ -234,7 +238,14 @@ def parser() -> argparse.ArgumentParser:
         if name == "run-local":
             command.add_argument("--metrics-port", type=int, default=METRICS_PORT)
             command.add_argument("--dashboard-port", type=int, default=DASHBOARD_PORT)
-    commands.add_parser("ray-env", help="token-auth exports for the project's Ray clusters")
+    ray_env = commands.add_parser(
+        "ray-env", help="exports for starting the project's Ray clusters by hand"
+    )
+    ray_env.add_argument(
+        "--config",
+        type=Path,
+        help="also Serve's process settings and this config's edge admission (offers-haproxy)",
+    )
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -253,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     if args.command == "ray-env":
-        print(shell_exports())
+        serve_env = {**SERVE_PROCESS_ENV, **edge_env(args.config)} if args.config else {}
+        print(shell_exports(extra=serve_env))
         return 0
     if args.command == "train":
         if not args.all and not (args.game and args.version):

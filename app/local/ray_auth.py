@@ -59,7 +59,8 @@ def auth_header(path: Path = TOKEN_FILE) -> dict[str, str]:
     return {"Authorization": f"Bearer {ensure_token(path).read_text().strip()}"}
 
 
-def shell_exports(path: Path = TOKEN_FILE) -> str:
-    """`export ...` lines for a shell: `eval "$(offers ray-env)"` before `ray start`."""
-    exports = ray_auth_env(path).items()
+def shell_exports(path: Path = TOKEN_FILE, extra: dict[str, str] | None = None) -> str:
+    """`export ...` lines for a shell: `eval "$(offers ray-env)"` before `ray start`; `extra`
+    (Serve's process settings, the edge's) after the token's."""
+    exports = {**ray_auth_env(path), **(extra or {})}.items()
     return "\n".join(f"export {key}={shlex.quote(value)}" for key, value in exports)

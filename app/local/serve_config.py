@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
 from app.config.app_args import EnsembleAppArgs
+from app.config.edge import EDGE_ENV, BackendLimits, EdgeConfig
+from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.contract.artifacts import version_dir
 from app.contract.manifest import load_manifest
@@ -104,3 +109,33 @@ def local_endpoint(apps: list[ConfiguredApp]) -> tuple[str, int, str]:
     if parts.hostname not in {"127.0.0.1", "localhost"} or parts.port is None:
         raise ConfigError(f"local runs need a loopback DynamoDB endpoint with a port, got {url!r}")
     return parts.hostname, parts.port, table
+
+
+def edge_config(document: dict[str, Any]) -> EdgeConfig:
+    """The edge limits of every ensemble and router application a Serve config declares:
+    each one's `admission` bound and queue timeout, and its Retry-After."""
+    backends: dict[str, BackendLimits] = {}
+    for app in document.get("applications", []):
+        args: EnsembleAppArgs | RouterAppArgs
+        if app.get("import_path") == BUILDER_IMPORT_PATH:
+            args = EnsembleAppArgs.model_validate(app.get("args") or {})
+        elif app.get("import_path") == ROUTER_IMPORT_PATH:
+            args = RouterAppArgs.model_validate(app.get("args") or {})
+        else:
+            continue
+        backends[app["name"]] = BackendLimits(
+            max_in_flight=args.admission.max_in_flight,
+            queue_timeout_ms=args.admission.edge_queue_timeout_ms,
+            retry_after_s=math.ceil(args.retry_after_s),
+        )
+    return EdgeConfig(backends=backends)
+
+
+def edge_env(path: Path) -> dict[str, str]:
+    """What the Ray processes need for admission at the edge: Serve starts `offers-haproxy`
+    (this venv's, app.edge) as its HAProxy, and it reads the config's limits from OFFERS_EDGE.
+    Read when Ray starts: a changed `admission` needs a new cluster, not only `serve deploy`."""
+    return {
+        "RAY_SERVE_HAPROXY_BINARY_PATH": str(Path(sys.executable).parent / "offers-haproxy"),
+        EDGE_ENV: edge_config(yaml.safe_load(path.read_text())).model_dump_json(),
+    }

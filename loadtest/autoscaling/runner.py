@@ -35,7 +35,7 @@ from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.ray_auth import auth_header
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps
+from app.local.serve_config import configured_apps, edge_env
 from loadtest.autoscaling.report import Sample, analyze, log
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.locust_runner import LoadTarget, run_locust
@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> Path:
             args.member_target_utilization,
         )
         log(f"2-node local Ray, deploying {config.name}")
-        with LocalCluster(folder, head_cpus=args.logical_cpus) as cluster:
+        with LocalCluster(
+            folder, head_cpus=args.logical_cpus, node_env=edge_env(config)
+        ) as cluster:
             cluster.deploy(config, [shipped["name"]])
             details = requests.get(
                 f"{cluster.dashboard}/api/serve/applications/", headers=auth_header(), timeout=5

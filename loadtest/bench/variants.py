@@ -26,6 +26,7 @@ VARIANTS: dict[str, Variant] = {
             "python-proxy",
             "Serve's Python proxy on the documented port instead of HAProxy",
             ray_env=_NO_HAPROXY,
+            edge=False,  # no HAProxy, so nothing for the edge's wrapper to configure
         ),
         Variant(
             "grpc-off",
@@ -47,6 +48,12 @@ VARIANTS: dict[str, Variant] = {
             "production layout, one fan-out (12 handle calls) per login",
             base=PRODUCTION,
             args=_NO_COALESCING,
+        ),
+        Variant(
+            "no-edge-admission",
+            "HAProxy as Serve configures it: no maxconn per replica, no queue timeout, no "
+            "arrival stamp; every login reaches a supervisor's event loop",
+            edge=False,
         ),
         Variant(
             "direct-ingress",

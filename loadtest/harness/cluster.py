@@ -36,8 +36,17 @@ def cli_env() -> dict[str, str]:
 
 
 class LocalCluster(Managed):
-    def __init__(self, folder: Path, *, head_cpus: int = 2, worker_cpus: int = 1) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        head_cpus: int = 2,
+        worker_cpus: int = 1,
+        node_env: dict[str, str] | None = None,
+    ) -> None:
         self.folder = folder
+        # Laid over cli_env() where the nodes start (e.g. the edge's, serve_config.edge_env).
+        self.node_env = node_env or {}
         self.head_cpus = head_cpus
         self.worker_cpus = worker_cpus
         self.gcs_port = free_port()
@@ -77,7 +86,7 @@ class LocalCluster(Managed):
                 "--disable-usage-stats",
                 *self._node_ports(),
             ],
-            cli_env(),
+            {**cli_env(), **self.node_env},
             self.folder / "ray-head.log",
         )
         self.head.start()
@@ -98,7 +107,7 @@ class LocalCluster(Managed):
                 "--disable-usage-stats",
                 *self._node_ports(),
             ],
-            cli_env(),
+            {**cli_env(), **self.node_env},
             self.folder / "ray-worker.log",
         )
         self.worker.start()

@@ -16,6 +16,7 @@ import yaml
 
 from app.local.processes import LOCAL_CREDENTIALS, ChildProcess, Managed, ProcessFailed
 from app.local.ray_auth import ray_auth_env
+from app.local.serve_config import edge_env
 from loadtest.harness import variant as variants
 from loadtest.harness.variant import Variant
 
@@ -179,4 +180,4 @@ def derived_serve_config(
         variants.apply(variant, app)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(document, sort_keys=False))
-    return out, app["route_prefix"], variants.ray_env(variant)
+    return out, app["route_prefix"], variants.ray_env(variant, edge_env(out))

@@ -31,11 +31,16 @@ class Variant:
     # True: clients call the supervisor replica's own HTTP port (Serve's direct ingress)
     # instead of the documented ingress on http_options.port.
     direct_ingress: bool = False
+    # False: Serve's HAProxy as Serve configures it, without the edge's admission (app.edge).
+    edge: bool = True
 
 
-def ray_env(variant: Variant | None) -> dict[str, str]:
-    """The environment `serve run` starts Ray with for this variant (None: as shipped)."""
+def ray_env(variant: Variant | None, edge: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment `serve run` starts Ray with for this variant (None: as shipped), with
+    the config's edge settings (serve_config.edge_env) unless the variant turns them off."""
     env = dict(SERVE_PROCESS_ENV)
+    if edge and (variant is None or variant.edge):
+        env.update(edge)
     for key, value in (variant.ray_env if variant else {}).items():
         if value is None:
             env.pop(key, None)

@@ -40,7 +40,7 @@ from app.config.settings import get_settings
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps
+from app.local.serve_config import configured_apps, edge_env
 from loadtest.harness.cluster import LocalCluster, cli_env
 from loadtest.harness.results import parse_study_args, results_folder, run_study, study_parser
 from loadtest.harness.systems import BIN, dynamo_env
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> Path:
             config = folder / "serve_config.reliability.yaml"
             shipped = write_config(args.config, config, proxy.port, folder / "batch")
             log(f"starting a 2-node Ray cluster, deploying {args.config.name}")
-            with LocalCluster(folder) as cluster:
+            with LocalCluster(folder, node_env=edge_env(config)) as cluster:
                 report["batch"] = run_batch(
                     cluster, app, dynalite.endpoint_url, folder / "batch", folder / "batch.log"
                 )

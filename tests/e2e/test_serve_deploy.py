@@ -31,7 +31,7 @@ from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_free
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps, local_endpoint
+from app.local.serve_config import configured_apps, edge_env, local_endpoint
 from app.serving.member_layout import plan_groups
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.systems import ManagedProcess
@@ -50,9 +50,10 @@ AUTH_PREFIX = "/auth-check/2026-11"
 
 
 def cli_env() -> dict[str, str]:
-    """As the README deploys: Serve's process settings where Ray starts, and the project's
-    token (`ray start` makes none; the serve CLI sends it only when told to)."""
-    return {**SERVE_PROCESS_ENV, **os.environ, **ray_auth_env()}
+    """As the README deploys: Serve's process settings and the edge's admission where Ray
+    starts, and the project's token (`ray start` makes none; the serve CLI sends it only when
+    told to)."""
+    return {**SERVE_PROCESS_ENV, **edge_env(CONFIG), **os.environ, **ray_auth_env()}
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:

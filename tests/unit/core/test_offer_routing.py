@@ -109,6 +109,25 @@ def test_a_callers_deadline_caps_the_budget():
     assert backend.calls[0][1] <= 200
 
 
+def test_the_wait_at_the_edge_comes_off_every_versions_budget():
+    """A login that waited in HAProxy's queue keeps its original deadline through a reroute."""
+    backend = Backend({"canary": VersionUnavailable("down"), "stable": OK})
+    r, _ = router(backend, budget_ms=1000, reserve_ms=100)
+    reply = asyncio.run(r.route({"player_id": "p1", "game": GAME}, None, waited_ms=400))
+    assert reply.status == 200 and reply.answered == "stable"
+    (first, given_first), (second, given_second) = backend.calls
+    assert (first, second) == ("canary", "stable")
+    assert 490 <= given_first <= 500  # 1000 - 400 waited - 100 reserve
+    assert given_second <= 600  # what is left of the original 1000, not a new budget
+
+
+def test_a_login_that_waited_out_its_budget_at_the_edge_is_refused_unsent():
+    backend = Backend({"canary": OK, "stable": OK})
+    r, _ = router(backend, budget_ms=1000, reserve_ms=100)
+    reply = asyncio.run(r.route({"player_id": "p1", "game": GAME}, None, waited_ms=1200))
+    assert reply.status == 503 and backend.calls == []
+
+
 def test_new_weights_apply_to_the_next_login():
     backend = Backend({"canary": OK, "stable": OK})
     r, _ = router(backend)

@@ -5,8 +5,10 @@ import pytest
 import yaml
 
 from app.config.app_args import EnsembleAppArgs
+from app.config.edge import EDGE_ENV, EdgeConfig
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.local.processes import PROJECT_ROOT as ROOT
+from app.local.serve_config import edge_env
 from loadtest.bench.variants import PRODUCTION, VARIANTS
 from loadtest.harness.systems import derived_serve_config
 from loadtest.harness.variant import ray_env
@@ -34,9 +36,14 @@ def derive(tmp_path, variant=None, base="shipped"):
     return document, prefix, env
 
 
-def test_the_shipped_config_runs_with_serves_process_settings(tmp_path):
+def test_the_shipped_config_runs_with_serves_process_settings_and_the_edge(tmp_path):
     document, prefix, env = derive(tmp_path)
-    assert env == SERVE_PROCESS_ENV
+    assert env == {**SERVE_PROCESS_ENV, **edge_env(tmp_path / "derived.yaml")}
+    edge = EdgeConfig.model_validate_json(env[EDGE_ENV])
+    app_args = EnsembleAppArgs.model_validate(document["applications"][0]["args"])
+    limits = edge.backends[document["applications"][0]["name"]]
+    assert limits.max_in_flight == app_args.admission.max_in_flight
+    assert env["RAY_SERVE_HAPROXY_BINARY_PATH"].endswith("/offers-haproxy")
     assert document["http_options"]["port"] == 18123
     app = document["applications"][0]
     assert app["route_prefix"] == prefix
@@ -54,7 +61,9 @@ def test_each_variant_is_a_valid_config_differing_in_its_lever_only(tmp_path, na
     changed_args = {k for k in type(args).model_fields if getattr(args, k) != getattr(base_args, k)}
     assert changed_args == set(variant.args)
     changed_env = {k for k in env.keys() | shipped_env.keys() if env.get(k) != shipped_env.get(k)}
-    assert changed_env == set(variant.ray_env)
+    # A variant without the edge drops its two settings (serve_config.edge_env), nothing else.
+    edge_off = set() if variant.edge else {"RAY_SERVE_HAPROXY_BINARY_PATH", EDGE_ENV}
+    assert changed_env == set(variant.ray_env) | edge_off
     replica = document["applications"][0]["runtime_env"]["env_vars"]
     base_replica = shipped["applications"][0]["runtime_env"]["env_vars"]
     assert {k: v for k, v in replica.items() if base_replica.get(k) != v} == variant.replica_env

@@ -1,0 +1,35 @@
+"""What the edge (Serve's HAProxy, through app/edge) enforces per application, as the
+`offers-haproxy` wrapper reads it from OFFERS_EDGE in the environment Ray was started with.
+
+Built from the Serve config by the tooling that starts Ray (app.local.serve_config.edge_env,
+the k8s renderer), so the bound HAProxy holds per replica is the admission bound the
+application declares (`admission:` in its args) and cannot drift from it by hand.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from app.config.strict import FrozenModel
+
+EDGE_ENV = "OFFERS_EDGE"
+
+
+class BackendLimits(FrozenModel):
+    """One application's ingress replicas, as HAProxy servers."""
+
+    # Logins HAProxy forwards to one ingress replica at once (its `maxconn`); the rest wait
+    # in HAProxy's queue, in C, instead of on the replica's event loop.
+    max_in_flight: int = Field(ge=1, le=10_000)
+    # How long a login may wait in that queue before HAProxy answers it 503 itself.
+    queue_timeout_ms: int = Field(ge=1, le=10_000)
+    # Retry-After on HAProxy's 503, the same as the application's own refusals.
+    retry_after_s: int = Field(ge=0, le=3600)
+
+
+class EdgeConfig(FrozenModel):
+    # Ray Serve application name -> its limits. Applications not listed are left as Serve
+    # renders them.
+    backends: dict[str, BackendLimits] = Field(default_factory=dict)
+    # Retry-After on a 503 HAProxy gives outside any listed application.
+    retry_after_s: int = Field(default=1, ge=0, le=3600)

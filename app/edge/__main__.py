@@ -1,0 +1,5 @@
+import sys
+
+from app.edge.wrapper import main
+
+sys.exit(main())

