@@ -25,6 +25,10 @@ class BackendLimits(FrozenModel):
     queue_timeout_ms: int = Field(ge=1, le=10_000)
     # Retry-After on HAProxy's 503, the same as the application's own refusals.
     retry_after_s: int = Field(ge=0, le=3600)
+    # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (a replica
+    # that just died): with Serve's 5 s, that wait alone took a whole 1 s budget, and the
+    # retried login reached the other replica too late (measured: 503 after 1003 ms).
+    connect_timeout_ms: int = Field(default=250, ge=10, le=10_000)
 
 
 class EdgeConfig(FrozenModel):

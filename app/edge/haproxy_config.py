@@ -7,7 +7,8 @@ the edge needs. This module adds, to the config Serve wrote:
   listed application: N is the application's admission bound, so HAProxy never holds more
   logins on one replica than the replica takes on; the rest wait in HAProxy's queue;
 - `timeout queue` on that application's backend: a login that waited that long is answered
-  503 by HAProxy itself, without reaching any Python event loop;
+  503 by HAProxy itself, without reaching any Python event loop; and a short `timeout
+  connect`, which is also how long HAProxy waits before retrying a replica that just died;
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
   Serve's `errorfile`, which turns HAProxy's 503 (and 502/504) into a 500;
 - `X-Request-Start: t=<unix µs>` on every request, set when HAProxy has read it, so the
@@ -146,13 +147,15 @@ def _frontend(body: list[str]) -> list[str]:
 
 
 def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str]:
-    out = [
-        f"    timeout queue {limits.queue_timeout_ms}ms",
-        f"    errorfile 503 {errorfile}",
-    ]
+    ours = {
+        "timeout queue": f"timeout queue {limits.queue_timeout_ms}ms",
+        "timeout connect": f"timeout connect {limits.connect_timeout_ms}ms",
+        "errorfile 503": f"errorfile 503 {errorfile}",
+    }
+    out = [f"    {line}" for line in ours.values()]
     for line in body:
         stripped = line.strip()
-        if stripped.startswith("timeout queue ") or stripped.startswith("errorfile 503 "):
+        if any(stripped.startswith(f"{key} ") for key in ours):
             continue  # ours, above, replaces it
         match = _SERVER.match(line)
         if match:

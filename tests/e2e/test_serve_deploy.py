@@ -475,6 +475,72 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     )
 
 
+def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_cluster):
+    """Every supervisor replica of a version SIGSTOPped, so no Python event loop of it can
+    run: HAProxy holds `admission.max_in_flight` logins on each replica and answers every
+    other login itself, a 503 with the service's own body and Retry-After (not Serve's 500),
+    while the held ones are still waiting. Resumed after more than the budget, the held logins
+    are refused as too late: the arrival stamp HAProxy set reached the replicas' budget."""
+    import asyncio
+    import signal as signals
+
+    import aiohttp
+    import psutil
+
+    from app.core.admission import OVERLOADED_DETAIL
+
+    apps, *_ = deployed_cluster
+    app = apps[0]
+    stopped = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if f"ServeReplica:{app.name}:supervisor" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert len(stopped) == 2, "the shipped config runs 2 supervisor replicas"
+    held = len(stopped) * app.args.admission.max_in_flight
+    beyond = 24
+    url = f"{HTTP_BASE}{app.route_prefix}/v1/offers"
+
+    async def burst_while_stopped():
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+
+            async def login(i: int):
+                body = {"player_id": player_id(i), "game": app.args.game}
+                async with session.post(url, json=body) as response:
+                    return response.status, response.headers.get("Retry-After"), (
+                        await response.json(content_type=None)
+                    )
+
+            tasks = [asyncio.create_task(login(i)) for i in range(held + beyond)]
+            for answered, next_one in enumerate(asyncio.as_completed(tasks, timeout=20), 1):
+                await next_one
+                if answered == beyond:
+                    break
+            await asyncio.sleep(0.3)  # room for a wrong extra answer to show up
+            refused = [t.result() for t in tasks if t.done()]
+            waiting = [t for t in tasks if not t.done()]
+            await asyncio.sleep(app.args.request_budget_ms / 1000.0 + 0.3)
+            for proc in stopped:
+                proc.send_signal(signals.SIGCONT)
+            return refused, len(waiting), await asyncio.gather(*waiting)
+
+    for proc in stopped:
+        proc.send_signal(signals.SIGSTOP)
+    try:
+        refused, still_waiting, late = asyncio.run(burst_while_stopped())
+    finally:
+        for proc in stopped:
+            proc.send_signal(signals.SIGCONT)
+    assert still_waiting == held, "HAProxy held exactly the bound on each stopped replica"
+    assert len(refused) == beyond
+    assert {(status, retry) for status, retry, _ in refused} == {(503, "1")}
+    assert all(body == {"detail": OVERLOADED_DETAIL} for _, _, body in refused)
+    assert {(status, retry) for status, retry, _ in late} == {(503, "1")}
+    assert all("waited" in body["detail"] for _, _, body in late), late[:3]
+    # The version answers normally again.
+    assert post(app.route_prefix, player_id(1)).status_code == 200
+
+
 def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed_cluster):
     """Open-loop logins through the shipped ingress (HAProxy) while one of the two supervisor
     replicas is SIGKILLed: logins caught on it are replayed on the other (offers are

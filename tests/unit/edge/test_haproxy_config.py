@@ -105,6 +105,8 @@ def test_a_queued_login_times_out_into_the_services_own_503(rendered, tmp_path):
     result = rewrite(rendered, EDGE, tmp_path)
     body = section(result.text, f"backend {backend_name(ROUTER)}")
     assert "timeout queue 40ms" in body
+    # Also the wait before a retry on a refused connection (a replica that just died).
+    assert "timeout connect 250ms" in body
     errorfile = next(s.split()[2] for s in body if s.startswith("errorfile 503 "))
     response = result.errorfiles[errorfile]
     head, _, payload = response.partition(b"\r\n\r\n")
