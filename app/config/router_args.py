@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from app.config.app_args import AdmissionConfig, AutoscalingArgs, DeploymentArgs
 from app.config.knobs import RouterKnobs
@@ -47,6 +47,14 @@ class RouterAppArgs(StrictModel):
     # work of its own, the versions it calls keep their own gates.
     admission: AdmissionConfig = Field(default_factory=lambda: AdmissionConfig(max_in_flight=32))
     router: DeploymentArgs = Field(default_factory=lambda: ROUTER_DEFAULTS)
+
+    @field_validator("router", mode="before")
+    @classmethod
+    def _on_top_of_defaults(cls, value: Any) -> Any:
+        # A partial `router:` (say, only autoscaling) keeps the router's other defaults
+        # rather than the generic DeploymentArgs ones (max_ongoing_requests 32, below its
+        # autoscaling target and its admission bound).
+        return ROUTER_DEFAULTS.updated(value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

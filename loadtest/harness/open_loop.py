@@ -41,6 +41,9 @@ class Shot:
     server_ms: float | None = None
     # online | precomputed | default (the answer's `tier`)
     tier: str | None = None
+    # Through a game's route: the version that answered, and why it was not the player's own.
+    version: str | None = None
+    rerouted_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,6 +106,8 @@ class Caller:
                     retry_after=response.headers.get("Retry-After"),
                     server_ms=body.get("timings", {}).get("total_ms"),
                     tier=body.get("tier"),
+                    version=body.get("ensemble_version"),
+                    rerouted_reason=body.get("rerouted_reason"),
                 )
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             return Shot(

@@ -66,16 +66,20 @@ def abort_mid_request(host: str, port: int) -> None:
     sock.close()
 
 
-def replica_pids(cluster: LocalCluster, deployment: str) -> list[int]:
+def replica_pids(app: str, deployment: str, cluster: LocalCluster | None) -> list[int]:
+    """Pids of an application's replicas of a deployment (a name prefix: `member-` matches
+    every member deployment), in the cluster's process trees, or on this host (a running
+    `make run`) when there is no cluster."""
+    if cluster is not None:
+        procs = [p for node in (cluster.head, cluster.worker) if node for p in node.tree()]
+    else:
+        procs = list(psutil.process_iter())
     pids = []
-    for node in (cluster.head, cluster.worker):
-        if node is None:
+    for proc in procs:
+        try:
+            title = " ".join(proc.cmdline())
+        except psutil.Error:
             continue
-        for proc in node.tree():
-            try:
-                title = " ".join(proc.cmdline())
-            except psutil.Error:
-                continue
-            if "ServeReplica:" in title and f":{deployment}" in title:
-                pids.append(proc.pid)
+        if f"ServeReplica:{app}:{deployment}" in title:
+            pids.append(proc.pid)
     return pids

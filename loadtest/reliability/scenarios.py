@@ -33,13 +33,15 @@ from loadtest.harness.open_loop import (
 from loadtest.harness.results import study_log
 from loadtest.reliability.faults import DelayProxyProcess, abort_mid_request, replica_pids
 from loadtest.reliability.report import plot
+from loadtest.reliability.targets import Target
 from models.population import player_id
 
 FAULT_AT_S = 8.0
 DYNAMO_SLOW_S = 12.0
 DYNAMO_DELAY_MS = 800.0
 SLACK_MS = 100.0  # the issue's target: every accepted answer within budget + 100 ms
-HOT_CLIENTS = 50
+HOT_CLIENTS = (50, 100)
+BURSTS = (200, 500, 1000)
 
 log = study_log("reliability")
 
@@ -50,6 +52,19 @@ class Scenario:
     load: Callable[[Caller], Any]  # returns the coroutine producing the shots
     fault: Callable[[], str] | None = None  # acts, returns what it did
     notes: dict[str, Any] = field(default_factory=dict)
+    route: str = "version"  # which of Target.routes the logins go to
+
+
+def back_on_version_after_s(shots: list[Shot], fault_at: float, version: str) -> float | None:
+    """Seconds from the fault until every later login was answered by its own version again
+    (not rerouted). None: not by the end of the run."""
+    later = [s for s in shots if s.sent_s >= fault_at]
+    away = [s.sent_s for s in later if s.version != version or s.rerouted_reason is not None]
+    if not away:
+        return 0.0
+    if max(away) >= later[-1].sent_s:
+        return None
+    return round(max(away) - fault_at, 2)
 
 
 def recovered_after_s(shots: list[Shot], fault_at: float) -> float | None:
@@ -89,22 +104,89 @@ def client_floor(port: int, n: int) -> float | None:
     return percentile(asyncio.run(run()), 99)
 
 
-def build_scenarios(
-    args: argparse.Namespace, cluster: LocalCluster, dynalite: Dynalite, proxy: DelayProxyProcess
-) -> list[Scenario]:
+def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
     players = random_players(args.players)
-    steady = lambda caller: open_loop(caller, constant_rate(args.rate, args.seconds), players)  # noqa: E731
     hot = player_id(7)
+    canary = target.canary_players
 
-    def kill_one(deployment: str) -> Callable[[], str]:
+    def steady(caller: Caller) -> Any:
+        return open_loop(caller, constant_rate(args.rate, args.seconds), players)
+
+    def kill(deployment: str, every: bool = False) -> Callable[[], str]:
         def act() -> str:
-            pids = replica_pids(cluster, deployment)
+            pids = replica_pids(target.version_app, deployment, target.cluster)
             if not pids:
                 return f"no {deployment} replica found"
-            psutil.Process(pids[0]).send_signal(signal.SIGKILL)
-            return f"SIGKILL {deployment} replica pid {pids[0]} (of {len(pids)})"
+            victims = pids if every else pids[:1]
+            for pid in victims:
+                psutil.Process(pid).send_signal(signal.SIGKILL)
+            return f"SIGKILL {target.version_app} {deployment} pids {victims} (of {len(pids)})"
 
         return act
+
+    scenarios: list[Scenario] = []
+    for route in ("version", "game"):
+        tag = "" if route == "version" else "_game"
+        scenarios += [
+            Scenario(f"steady{tag}", steady, route=route),
+            Scenario(
+                f"overload_2x{tag}",
+                lambda c: open_loop(c, constant_rate(2 * args.rate, args.seconds), players),
+                route=route,
+            ),
+            *(
+                Scenario(
+                    f"burst_{n}{tag}", lambda c, n=n: open_loop(c, burst(n), players), route=route
+                )
+                for n in BURSTS
+            ),
+            *(
+                Scenario(
+                    f"hot_player_{k}{tag}",
+                    lambda c, k=k: closed_loop(c, k, min(args.seconds, 20), one_player(hot)),
+                    notes={"player": hot},
+                    route=route,
+                )
+                for k in HOT_CLIENTS
+            ),
+        ]
+    scenarios += [
+        Scenario("member_killed", steady, kill("member-")),
+        Scenario("supervisor_killed", steady, kill("supervisor")),
+        # Every supervisor of the canary, while its players log in through the game route.
+        Scenario(
+            "version_down",
+            lambda c: open_loop(
+                c, constant_rate(args.rate, args.seconds), lambda i: canary[i % len(canary)]
+            ),
+            kill("supervisor", every=True),
+            notes={"version": target.version},
+            route="game",
+        ),
+    ]
+    if target.cluster is not None and target.proxy is not None and target.dynalite is not None:
+        scenarios += cluster_faults(steady, target.cluster, target.dynalite, target.proxy)
+    return scenarios
+
+
+def answered_by(shots: list[Shot]) -> dict[str, int]:
+    """200s by the version that answered and why (`own`: the player's assigned version)."""
+    counts: dict[str, int] = {}
+    for shot in shots:
+        if shot.status == 200:
+            key = f"{shot.version} ({shot.rerouted_reason or 'own'})"
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def cluster_faults(
+    steady: Callable[[Caller], Any],
+    cluster: LocalCluster,
+    dynalite: Dynalite,
+    proxy: DelayProxyProcess,
+) -> list[Scenario]:
+    """The faults only the run's own cluster can inject: a slow DynamoDB (the delay proxy),
+    a dynalite crash (its supervision), the loss of the worker node."""
 
     def slow_store() -> str:
         proxy.process.send_signal(signal.SIGUSR1)  # type: ignore[union-attr]
@@ -129,20 +211,6 @@ def build_scenarios(
         return f"SIGKILL worker node ({len(pids)} processes, replicas {lost['replicas_on_worker']})"
 
     return [
-        Scenario("steady", steady),
-        Scenario(
-            "overload_2x",
-            lambda c: open_loop(c, constant_rate(2 * args.rate, args.seconds), players),
-        ),
-        Scenario("burst_200", lambda c: open_loop(c, burst(200), players)),
-        Scenario("burst_500", lambda c: open_loop(c, burst(500), players)),
-        Scenario(
-            "hot_player",
-            lambda c: closed_loop(c, HOT_CLIENTS, min(args.seconds, 20), one_player(hot)),
-            notes={"player": hot},
-        ),
-        Scenario("member_killed", steady, kill_one("member-")),
-        Scenario("supervisor_killed", steady, kill_one("supervisor")),
         Scenario("dynamodb_slow", steady, slow_store),
         Scenario("dynalite_crash", steady, crash_dynalite, notes={"dynalite": dynalite}),
         Scenario("worker_node_lost", steady, lose_worker, notes={"lost": lost}),
@@ -150,18 +218,14 @@ def build_scenarios(
 
 
 def run_scenario(
-    scenario: Scenario,
-    base: str,
-    game: str,
-    budget_ms: float,
-    folder: Path,
-    proxy: DelayProxyProcess,
+    scenario: Scenario, target: Target, budget_ms: float, folder: Path
 ) -> dict[str, Any]:
     log(f"{scenario.name}: start")
     did: list[str] = []
+    base = f"http://127.0.0.1:{target.port}{target.routes[scenario.route]}"
 
     async def drive() -> list[Shot]:
-        caller = Caller(base, game)
+        caller = Caller(base, target.game)
         load = asyncio.ensure_future(scenario.load(caller))
         if scenario.fault is not None:
             await asyncio.sleep(FAULT_AT_S)
@@ -170,11 +234,13 @@ def run_scenario(
         return list(await load)
 
     # The delay proxy counts the DynamoDB calls a scenario makes.
-    reads = proxy.calls() if scenario.name == "hot_player" else None
+    proxy = target.proxy
+    counted = proxy is not None and scenario.name.startswith("hot_player")
+    reads = proxy.calls() if proxy is not None and counted else None
     shots = asyncio.run(drive())
-    if reads is not None:
+    if reads is not None and proxy is not None:
         reads = proxy.calls() - reads
-    summary = summarize(shots)
+    summary = {"route": target.routes[scenario.route], **summarize(shots)}
     accepted = [s for s in shots if s.status is not None and s.status != 503]
     summary["over_budget_plus_100ms"] = sum(
         1 for s in accepted if s.latency_ms > budget_ms + SLACK_MS
@@ -191,6 +257,11 @@ def run_scenario(
             summary["dynalite_restarts"] = value.restarts
         elif key == "lost":
             summary["replicas_on_worker"] = value.get("replicas_on_worker")
+        elif key == "version":
+            summary["back_on_version_after_s"] = back_on_version_after_s(
+                shots, FAULT_AT_S, value
+            )
+            summary["answered_by"] = answered_by(shots)
     (folder / "shots" / f"{scenario.name}.json").write_text(
         json.dumps([s.to_json() for s in shots]) + "\n"
     )
@@ -212,3 +283,4 @@ def run_scenario(
     # Let autoscaling and replaced replicas settle before the next scenario.
     time.sleep(10)
     return summary
+

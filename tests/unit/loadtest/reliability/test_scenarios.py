@@ -3,7 +3,13 @@
 import pytest
 
 from loadtest.harness.open_loop import Shot
-from loadtest.reliability.scenarios import recovered_after_s
+from loadtest.reliability.scenarios import (
+    answered_by,
+    back_on_version_after_s,
+    build_scenarios,
+    recovered_after_s,
+)
+from loadtest.reliability.targets import Target
 
 pytestmark = pytest.mark.unit
 
@@ -20,3 +26,41 @@ def test_recovery_is_the_last_degraded_login_after_the_fault():
     assert recovered_after_s(before + during + after + unknown, 5.0) == 1.0
     assert recovered_after_s(before + after, 5.0) == 0.0
     assert recovered_after_s(before + during, 5.0) is None  # degraded until the end
+
+
+def routed(t, version, reason=None):
+    return Shot(t, 20, 200, True, None, None, version=version, rerouted_reason=reason)
+
+
+def test_back_on_version_is_the_last_rerouted_login_after_the_fault():
+    before = [routed(t, "2026-11") for t in (1.0, 2.0)]
+    away = [routed(9.0, "2026-10", "unavailable"), Shot(10.0, 30, 503, retry_after="1")]
+    back = [routed(t, "2026-11") for t in (12.0, 13.0)]
+    assert back_on_version_after_s(before + away + back, 8.0, "2026-11") == 2.0
+    assert back_on_version_after_s(before + back, 8.0, "2026-11") == 0.0
+    assert back_on_version_after_s(before + away, 8.0, "2026-11") is None
+    assert answered_by(before + away + back) == {
+        "2026-10 (unavailable)": 1,
+        "2026-11 (own)": 4,
+    }
+
+
+def test_local_target_runs_every_scenario_it_can_inject_on_both_routes():
+    import argparse
+
+    target = Target(
+        port=8000,
+        game="galaxy-raiders",
+        routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
+        version_app="galaxy-raiders-2026-11",
+        version="2026-11",
+        canary_players=["p0000001"],
+    )
+    args = argparse.Namespace(players=100, rate=10.0, seconds=5.0)
+    scenarios = {s.name: s for s in build_scenarios(args, target)}
+    for name in ("burst_1000", "hot_player_100", "steady", "overload_2x"):
+        assert scenarios[name].route == "version"
+        assert scenarios[f"{name}_game"].route == "game"
+    assert scenarios["version_down"].route == "game" and scenarios["version_down"].fault
+    # The delay proxy, dynalite's supervision and a second node are the cluster's only.
+    assert not {"dynamodb_slow", "dynalite_crash", "worker_node_lost"} & scenarios.keys()

@@ -1,0 +1,73 @@
+"""What the reliability scenarios run against: the run's own 2-node cluster, or a running
+`make run` (`--target local`). Both are reached through the documented ingress on :8000."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+import yaml
+
+from app.config.router_args import RouterAppArgs
+from app.core.version_split import VersionSplit
+from app.local.dynalite import Dynalite
+from app.local.serve_config import ROUTER_IMPORT_PATH
+from loadtest.harness.cluster import LocalCluster
+from loadtest.reliability.faults import DelayProxyProcess
+from models.population import player_id
+
+PORT = 8000  # HAProxy binds the config's http_options port
+
+
+@dataclass
+class Target:
+    """What the scenarios run against: the run's own 2-node cluster (with the delay proxy
+    and a supervised dynalite), or a running `make run` (`--target local`), where only the
+    faults it can inject on this host run."""
+
+    port: int  # the documented ingress (HAProxy)
+    game: str
+    # "version": the first ensemble application's route; "game": its game's router.
+    routes: dict[str, str]
+    version_app: str  # that first application (the canary in serve_config.yaml)
+    version: str
+    canary_players: list[str]  # players the game's split sends to that version
+    cluster: LocalCluster | None = None
+    dynalite: Dynalite | None = None
+    proxy: DelayProxyProcess | None = None
+
+
+def local_target(args: argparse.Namespace, app: Any) -> Target:
+    """A running `make run` on this host, checked before any load is sent."""
+    url = f"http://127.0.0.1:{PORT}{app.route_prefix}/healthz"
+    try:
+        healthy = requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        healthy = False
+    if not healthy:
+        raise SystemExit(f"--target local: {url} does not answer; start `make run` first")
+    return make_target(args, app)
+
+
+def make_target(args: argparse.Namespace, app: Any, **faults: Any) -> Target:
+    """The first application's route, its game's router and the players it serves."""
+    document = yaml.safe_load(args.config.read_text())
+    router = next(
+        a
+        for a in document["applications"]
+        if a.get("import_path") == ROUTER_IMPORT_PATH and a["args"]["game"] == app.args.game
+    )
+    knobs = RouterAppArgs.model_validate(router["args"]).knobs()
+    split = VersionSplit(app.args.game, list(knobs.weights), knobs.weights)
+    players = (player_id(i) for i in range(args.players))
+    return Target(
+        port=PORT,
+        game=app.args.game,
+        routes={"version": app.route_prefix, "game": router.get("route_prefix", "/")},
+        version_app=app.name,
+        version=app.args.version,
+        canary_players=[p for p in players if split.assign(p) == app.args.version],
+        **faults,
+    )
