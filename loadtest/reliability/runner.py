@@ -114,7 +114,9 @@ def with_cluster(args: argparse.Namespace, app: Any, report: dict[str, Any], fol
             config = folder / "serve_config.reliability.yaml"
             names = write_config(args.config, config, proxy.port, folder / "batch")
             log(f"starting a 2-node Ray cluster, deploying {args.config.name}")
-            with LocalCluster(folder, node_env=edge_env(config)) as cluster:
+            # Both nodes are this host's processes; the worker gets the head's CPU count,
+            # so one replica of every deployment of the whole config fits on each.
+            with LocalCluster(folder, worker_cpus=2, node_env=edge_env(config)) as cluster:
                 report["batch"] = run_batch(
                     cluster, app, dynalite.endpoint_url, folder / "batch", folder / "batch.log"
                 )
