@@ -12,6 +12,7 @@ from threadpoolctl import threadpool_limits
 
 from app.contract.artifacts import LoadedArtifact, load_artifact
 from app.contract.manifest import MemberEntry
+from app.core.fanout import MemberRef
 
 
 class MemberModel:
@@ -96,3 +97,24 @@ class MemberGroupModel:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class InProcessGroupClient:
+    """A member group scored in this process: the supervisor's inline members
+    (app.core.member_placement). The same predicts as a member deployment's, on the group's
+    own worker thread, without the hop. `delay_s`: injected before scoring (faults)."""
+
+    def __init__(self, name: str, group: MemberGroupModel, *, delay_s: float = 0.0) -> None:
+        self.name = name
+        self.members = tuple(MemberRef(m.entry.name, m.entry.weight) for m in group.models)
+        self._group = group
+        self._delay_s = delay_s
+
+    async def score(self, matrix: np.ndarray) -> np.ndarray:
+        if self._delay_s > 0:
+            await asyncio.sleep(self._delay_s)
+        (result,) = await self._group.score_many_async([matrix])
+        return result
+
+    def close(self) -> None:
+        self._group.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request, Security
@@ -22,6 +22,7 @@ from app.api.schemas import (
     ErrorBody,
     Health,
     MemberInfo,
+    MemberPlacementInfo,
     OfferOut,
     OfferRequest,
     OfferResponse,
@@ -92,8 +93,10 @@ def build_http_api(
     retry_after_s: float,
     api_key_sha256: SecretStr | None = None,
     knobs: Callable[[], tuple[dict[str, Any], str | None]] | None = None,
+    layout: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> FastAPI:
-    """`knobs`: the replica's live knobs and its last refused change, for GET /v1/ensemble."""
+    """`knobs`: the replica's live knobs and its last refused change, and `layout`: where
+    each member is scored, for GET /v1/ensemble."""
     # The key check (and its security scheme in the OpenAPI document) only when auth is on.
     authenticated = [Depends(api_key_check(api_key_sha256))] if api_key_sha256 else []
     api = FastAPI(
@@ -153,6 +156,9 @@ def build_http_api(
         info.precomputed = precomputed_info(service.precomputed)
         if knobs is not None:
             info.knobs, info.knobs_rejected = knobs()
+        info.layout = {
+            name: MemberPlacementInfo.model_validate(view) for name, view in (layout or {}).items()
+        }
         return info
 
     return api

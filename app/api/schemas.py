@@ -117,6 +117,21 @@ class PrecomputedInfo(BaseModel):
     bytes_per_player: float
 
 
+class MemberPlacementInfo(BaseModel):
+    placement: Literal["inline", "grouped", "dedicated"] = Field(
+        description="inline: scored inside the supervisor replica; grouped: in a member "
+        "deployment shared with other members; dedicated: its own deployment"
+    )
+    deployment: str | None = Field(description="the member deployment; null when inline")
+    predict_ms_per_call: float | None = Field(
+        default=None, description="layout auto: predict cost per fan-out it planned with"
+    )
+    share: float | None = Field(
+        default=None, description="layout auto: its share of the ensemble's predict cost"
+    )
+    reason: str | None = Field(default=None, description="layout auto: why it is placed there")
+
+
 class EnsembleInfo(BaseModel):
     game: str
     version: str
@@ -140,6 +155,10 @@ class EnsembleInfo(BaseModel):
     precomputed: PrecomputedInfo | None = Field(
         default=None,
         description="the precomputed-offers snapshot this replica holds; null if none",
+    )
+    layout: dict[str, MemberPlacementInfo] = Field(
+        default_factory=dict,
+        description="member -> where this application scores it (app.serving.member_layout)",
     )
 
 

@@ -113,15 +113,75 @@ SUPERVISOR_DEFAULTS = DeploymentArgs(
 MEMBER_DEFAULTS = DeploymentArgs(autoscaling=AutoscalingArgs(signal="utilization"))
 
 
-class MemberLayout(StrictModel):
-    """Which members share a deployment (see app.serving.member_layout)."""
+# CPU one Serve handle call costs, caller and callee together, carrying one login's
+# candidate matrix: 0.97-1.02 ms sequential, 0.63-1.02 ms 8 at once, on this 2-core host
+# (2026-11-25, `.venv/bin/python -m loadtest.hop_cost --rounds 3`, docs/performance.md).
+HOP_CPU_MS = 1.0
 
+
+class MemberLayout(StrictModel):
+    """Where each member is scored (app.core.member_placement, app.serving.member_layout).
+
+    In serve_config.yaml: `layout: auto` (planned at build time from the members' predict
+    costs measured on the building machine), `layout: per_member` (one deployment per
+    member: the production shape of the case study), or `layout: {groups: N}` (N member
+    deployments balanced by the manifest's predict cost). `{groups: null}` is per_member.
+    """
+
+    placement: Literal["auto", "per_member", "groups"] = "per_member"
     groups: int | None = Field(
+        default=None, ge=1, description="placement `groups`: the number of member deployments"
+    )
+    # What `auto` plans for; ignored otherwise.
+    expected_logins_per_s: float = Field(
+        default=40.0,
+        ge=0,
+        description="auto: logins/s one supervisor replica is expected to take; sets how many "
+        "logins a coalesced fan-out carries, so the rows per predict call",
+    )
+    hop_cpu_ms: float = Field(
+        default=HOP_CPU_MS,
+        ge=0,
+        description="auto: CPU-ms one Serve handle call costs, both ends (loadtest.hop_cost)",
+    )
+    fanout_target_ms: float = Field(
+        default=10.0,
+        gt=0,
+        description="auto: the most one process may spend in series on one fan-out's predicts "
+        "before members move out of the supervisor to run in parallel with it",
+    )
+    max_parallel: int | None = Field(
         default=None,
         ge=1,
-        description="None: one deployment per member (production layout). N: N deployments, "
-        "members spread over them by measured predict cost",
+        description="auto: cores one fan-out can use at once; null: the building machine's",
     )
+    dedicated_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="auto: a member holding this share of the ensemble's predict cost (and "
+        "costing more than a hop) gets its own deployment, so it scales on its own",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"placement": value}
+        if isinstance(value, dict) and "placement" not in value and "groups" in value:
+            # The original form: {groups: N} is N groups, {groups: null} one per member.
+            placement = "per_member" if value["groups"] is None else "groups"
+            return {**value, "placement": placement}
+        return value
+
+    @model_validator(mode="after")
+    def _groups_iff_grouped(self) -> Self:
+        if (self.placement == "groups") != (self.groups is not None):
+            raise ValueError(
+                f"layout: `groups` ({self.groups}) goes with placement `groups` only "
+                f"(placement is {self.placement!r})"
+            )
+        return self
 
 
 class CoalescingConfig(StrictModel):

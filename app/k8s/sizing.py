@@ -53,6 +53,8 @@ def member_deployments(args: EnsembleAppArgs) -> list[str]:
 
 
 def _layout_names(members: list[str], layout: MemberLayout) -> list[str]:
+    # `auto` is planned on the cluster from measured costs: size for the most deployments
+    # any plan can create, one per member.
     if layout.groups is None:
         return [f"member-{name}" for name in members]
     return [f"member-group-{g}" for g in range(min(layout.groups, len(members)))]

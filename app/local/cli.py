@@ -8,6 +8,7 @@
     offers batch     --game G --version V [--config serve_config.yaml] [--players 10000]
                      [-- offers-batch options]
     offers ray-env   [--config serve_config.yaml]   (`export` lines: eval them before `ray start`)
+    offers plan      [--config serve_config.yaml] [--load LOGINS_PER_S] [--cores N]
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -25,7 +26,10 @@ supervisors pick up the snapshot. `ray-env` prints the token-auth settings of th
 clusters (app.local.ray_auth), making the project's token file if it is missing, for a
 cluster started by hand and for `serve deploy`/`serve status` against `make run`'s; with
 `--config`, also Serve's process settings and that config's edge admission, as `make run`
-starts Ray with them.
+starts Ray with them. `plan` prints, per ensemble application, the member layout `layout:
+auto` builds on this machine (app.local.layout_plan): each member's measured predict cost,
+its placement and why, and the expected CPU per login against one deployment per member;
+`--load` and `--cores` plan for another load or machine.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import Dynalite, local_client
+from app.local.layout_plan import PlanRequest, planned_layout, render
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, default_sigint, port_is_free
 from app.local.ray_auth import ray_auth_env, shell_exports
 from app.local.ray_head import RayHead
@@ -246,6 +251,10 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         help="also Serve's process settings and this config's edge admission (offers-haproxy)",
     )
+    plan = commands.add_parser("plan", help="the member layout `layout: auto` builds here")
+    plan.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    plan.add_argument("--load", type=float, help="logins/s per supervisor replica")
+    plan.add_argument("--cores", type=int, help="cores one fan-out can use")
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -283,6 +292,12 @@ def main(argv: list[str] | None = None) -> int:
             cli.error(f"{args.config} declares no ensemble applications")
         if args.command == "prepare":
             prepare(apps)
+            return 0
+        if args.command == "plan":
+            prepare(apps)
+            request = PlanRequest(load=args.load, cores=args.cores)
+            for app in apps:
+                print(render(app, *planned_layout(app, request)), end="\n\n")
             return 0
     except (ValidationError, ConfigError) as exc:
         # A config a user wrote: say what is wrong with it, no traceback.

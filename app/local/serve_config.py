@@ -17,7 +17,7 @@ from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.contract.artifacts import version_dir
 from app.contract.manifest import load_manifest
-from app.serving.member_layout import plan_groups
+from app.serving.member_layout import possible_deployments
 
 BUILDER_IMPORT_PATH = "app.serving.builder:build_app"
 ROUTER_IMPORT_PATH = "app.serving.builder:build_router"
@@ -86,13 +86,12 @@ def check_deployment_overrides(app: ConfiguredApp) -> None:
     why before anything starts. Needs the trained manifest (the layout depends on it).
     """
     manifest = load_manifest(app.version_dir())
-    groups = plan_groups(manifest.members, app.args.layout)
-    created = ["supervisor", *(g.deployment for g in groups)]
+    created = ["supervisor", *possible_deployments(manifest.members, app.args.layout)]
     unknown = [name for name in app.deployment_overrides if name not in created]
     if unknown:
         raise ConfigError(
             f"{app.name}: `deployments:` names {unknown}, which this layout does not create "
-            f"(it creates {created}). Tune member deployments with args.members / "
+            f"(it can create {created}). Tune member deployments with args.members / "
             "args.member_deployments, which follow the layout."
         )
 

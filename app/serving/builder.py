@@ -9,9 +9,9 @@ from ray.serve.config import BackpressureConfig
 
 from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
 from app.config.router_args import RouterAppArgs
-from app.contract.manifest import MANIFEST_FILENAME, load_manifest
+from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
 from app.serving.member_group import MemberGroupDeployment
-from app.serving.member_layout import MemberGroup, plan_groups
+from app.serving.member_layout import PlacedMembers, place_members, possible_deployments
 from app.serving.router import RouterConfig, VersionRouter
 from app.serving.supervisor import Supervisor, SupervisorConfig
 
@@ -28,7 +28,8 @@ class ImpossibleConfig(ValueError):
 
 
 def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
-    """Supervisor bound to the member group deployments of `args.layout`."""
+    """Supervisor bound to the member deployments of `args.layout` (scoring the members the
+    layout keeps inline itself)."""
     args = EnsembleAppArgs.model_validate(args)
     version_dir = args.version_dir()
     if not (version_dir / MANIFEST_FILENAME).is_file():
@@ -43,8 +44,8 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             f"{version_dir} holds {manifest.game}/{manifest.version}, "
             f"not {args.game}/{args.version}"
         )
-    groups = plan_groups(manifest.members, args.layout)
-    check_member_deployments(args, groups)
+    placed = place_members(manifest, args.layout, version_dir)
+    check_member_deployments(args, manifest, placed)
     try:
         knobs = args.knobs().checked(
             {e.name: e.weight for e in manifest.members}, args.batching.max_batch_rows
@@ -61,7 +62,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             user_config=member_config,
         )
         .bind(list(group.members), str(version_dir))
-        for group in groups
+        for group in placed.groups
     }
     supervisor = _deployment(Supervisor).options(
         **args.supervisor.to_options(SUPERVISOR_DEPLOYMENT),
@@ -78,7 +79,12 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         knobs=knobs,
         coalescing_enabled=args.coalescing.enabled,
         max_batch_rows=args.batching.max_batch_rows,
-        groups={g.deployment: [e.name for e in g.members] for g in groups},
+        groups={g.deployment: [e.name for e in g.members] for g in placed.groups},
+        inline=[e.name for e in placed.inline],
+        inline_delay_ms=max(
+            (args.faults.slow_members_ms.get(e.name, 0.0) for e in placed.inline), default=0.0
+        ),
+        placements=placed.placements(),
         max_in_flight=args.admission.max_in_flight,
         retry_after_s=args.retry_after_s,
         precomputed=args.precomputed,
@@ -115,17 +121,16 @@ def _deployment(decorated: object) -> Deployment:
     return decorated
 
 
-def check_member_deployments(args: EnsembleAppArgs, groups: list[MemberGroup]) -> None:
-    """Every `member_deployments` entry must name a deployment this layout creates."""
-    planned = [g.deployment for g in groups]
-    unknown = sorted(set(args.member_deployments) - set(planned))
+def check_member_deployments(
+    args: EnsembleAppArgs, manifest: Manifest, placed: PlacedMembers
+) -> None:
+    """Every `member_deployments` entry must name a deployment this layout can create (for
+    `layout: auto`, any the plan could pick: it applies when the plan picks it)."""
+    possible = possible_deployments(manifest.members, args.layout)
+    unknown = sorted(set(args.member_deployments) - set(possible))
     if unknown:
-        layout = (
-            "one deployment per member"
-            if args.layout.groups is None
-            else f"layout.groups={args.layout.groups}"
-        )
+        created = [g.deployment for g in placed.groups]
         raise ImpossibleConfig(
-            f"member_deployments names {unknown}, which {layout} does not create; "
-            f"its member deployments are {planned}"
+            f"member_deployments names {unknown}, which layout {args.layout.placement} "
+            f"does not create; its member deployments are {created}"
         )

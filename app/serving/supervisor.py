@@ -13,6 +13,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
+from app.adapters.member_model import InProcessGroupClient, MemberGroupModel, MemberModel
 from app.adapters.snapshot_store import latest_snapshot
 from app.api.routed_login import answer_routed_login
 from app.api.routes import build_http_api
@@ -22,7 +23,7 @@ from app.config.settings import get_settings
 from app.contract.manifest import Manifest, load_manifest
 from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
-from app.core.fanout import EnsembleScorer, Fanout
+from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
 from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
 from app.core.precomputed import PrecomputedOffers, PrecomputedTier
@@ -48,6 +49,12 @@ class SupervisorConfig(BaseModel):
     max_batch_rows: int = Field(ge=1)
     # deployment name -> names of the members it hosts (app.serving.member_layout)
     groups: dict[str, list[str]]
+    # Members this replica scores itself, in-process (layout auto's inline placement).
+    inline: list[str] = Field(default_factory=list)
+    # Injected before the inline members score (faults.slow_members_ms, the slowest of them).
+    inline_delay_ms: float = Field(default=0.0, ge=0)
+    # Member -> where it is scored and, when planned, why (GET /v1/ensemble's `layout`).
+    placements: dict[str, dict[str, Any]] = Field(default_factory=dict)
     max_in_flight: int = Field(ge=1)
     retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
@@ -55,6 +62,35 @@ class SupervisorConfig(BaseModel):
 
 
 BREAKER_REPORT_S = 2.0
+INLINE_CLIENT = "inline"
+
+
+def member_clients(
+    config: SupervisorConfig, handles: dict[str, DeploymentHandle[Any]], manifest: Manifest
+) -> list[MemberGroupClient]:
+    """One client per place a fan-out goes: each member deployment over its handle, and
+    the members this replica scores itself (loaded here). Every member exactly once."""
+    entries = {e.name: e for e in manifest.members}
+    hosted = [name for names in config.groups.values() for name in names] + config.inline
+    if sorted(hosted) != sorted(entries) or handles.keys() != config.groups.keys():
+        raise ValueError(
+            f"member groups {config.groups} and inline members {config.inline} do not host "
+            f"the manifest's members {sorted(entries)} exactly once, or lack a handle "
+            f"({sorted(handles)})"
+        )
+    clients: list[MemberGroupClient] = [
+        HandleGroupClient(name, handles[name], [entries[m] for m in members])
+        for name, members in config.groups.items()
+    ]
+    if config.inline:
+        version_dir = Path(config.version_dir)
+        models = [MemberModel.load(entries[m], version_dir) for m in config.inline]
+        clients.append(
+            InProcessGroupClient(
+                INLINE_CLIENT, MemberGroupModel(models), delay_s=config.inline_delay_ms / 1000.0
+            )
+        )
+    return clients
 
 
 async def _keep_precomputed_fresh(
@@ -110,17 +146,9 @@ class Supervisor:
     ) -> None:
         route_service_logs_to_serve()
         manifest = load_manifest(Path(config.version_dir))
-        entries = {e.name: e for e in manifest.members}
-        hosted = [name for names in config.groups.values() for name in names]
-        if sorted(hosted) != sorted(entries) or groups.keys() != config.groups.keys():
-            raise ValueError(
-                f"member groups {config.groups} do not host the manifest's members "
-                f"{sorted(entries)} exactly once, or lack a handle ({sorted(groups)})"
-            )
-        clients = [
-            HandleGroupClient(name, groups[name], [entries[m] for m in members])
-            for name, members in config.groups.items()
-        ]
+        clients = member_clients(config, groups, manifest)
+        self._inline = next((c for c in clients if isinstance(c, InProcessGroupClient)), None)
+        self._placements = config.placements
         member_order = [e.name for e in manifest.members]
         telemetry = SupervisorTelemetry(manifest.game, manifest.version)
         baseline = config.knobs
@@ -262,6 +290,7 @@ class Supervisor:
             retry_after_s=self._retry_after_s,
             api_key_sha256=self._api_key_sha256,
             knobs=self._knobs_view,
+            layout=self._placements,
         )
 
     def __del__(self) -> None:
@@ -276,6 +305,8 @@ class Supervisor:
                 task.cancel()
         if self._coalescing is not None:
             self._coalescing.close()
+        if self._inline is not None:
+            self._inline.close()
         self._store.close()
         service: OfferService | None = getattr(self, "_service", None)
         if service is not None:  # None if __init__ failed after creating the store

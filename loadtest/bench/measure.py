@@ -18,7 +18,7 @@ from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
 from loadtest.harness.isolation import CpuIsolation
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.probe import latency_probe
-from loadtest.harness.resources import ResourceMonitor
+from loadtest.harness.resources import ResourceMonitor, tree_cpu_seconds
 from loadtest.harness.results import study_log
 from loadtest.harness.systems import EnsembleSystem, System, SystemFailed, derived_serve_config
 
@@ -102,6 +102,11 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
                 target.port, target.route_prefix, target.game, target.players, args.probe_requests
             )
             log(f"{name}: c=1 p50 {probe.p50_ms:.1f} ms, p95 {probe.p95_ms:.1f} ms")
+            at_rate = (
+                _at_fixed_rate(name, system, target, args, out)
+                if args.fixed_rate and not args.c1_only
+                else {}
+            )
             if not args.c1_only:
 
                 def run_level(offered: int) -> bool:
@@ -131,6 +136,39 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
         "unclassified_processes": sorted(monitor.unclassified),
         "rss_mb_per_rps": round(monitor.peak_rss_mb / max_rps, 2) if max_rps else None,
         "steps": steps,
+        **at_rate,
+    }
+
+
+def _at_fixed_rate(
+    name: str, system: System, target: LoadTarget, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    """CPU per login and latency at one fixed open-loop rate, the same for every system:
+    the CPU-seconds of the system's whole process tree (Ray's own processes included; the
+    load generator is not in it) over the logins answered."""
+    assert system.process is not None
+    users = max(1, round(args.fixed_rate / args.user_rps))
+    cpu_before = tree_cpu_seconds(system.process.pid)
+    result = run_locust(
+        target,
+        out / f"{name}-fixed-{args.fixed_rate:g}",
+        users=users,
+        user_rps=args.user_rps,
+        run_time_s=args.fixed_seconds,
+        arrivals="open",
+    )
+    cpu_s = tree_cpu_seconds(system.process.pid) - cpu_before
+    logins = max(result.requests - result.failures, 1)
+    cpu_ms = cpu_s * 1000.0 / logins
+    log(
+        f"{name}: at {args.fixed_rate:g} logins/s: {cpu_ms:.1f} CPU-ms per login, p95 "
+        f"{result.p95_ms:.0f} ms, {result.failures} failures, {result.degraded} degraded"
+    )
+    return {
+        "rate_cpu_ms_per_login": round(cpu_ms, 3),
+        "rate_p95_ms": result.p95_ms,
+        "rate_failures": result.failures,
+        "rate_degraded": result.degraded,
     }
 
 

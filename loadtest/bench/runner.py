@@ -114,6 +114,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--probe-requests", type=int, default=300)
     parser.add_argument("--c1-only", action="store_true", help="c=1 probe only, no step search")
     parser.add_argument(
+        "--fixed-rate",
+        type=float,
+        default=40.0,
+        help="also run each system at this open-loop rate (logins/s) and report its CPU-ms "
+        "per login and p95 (0: skip)",
+    )
+    parser.add_argument("--fixed-seconds", type=int, default=30)
+    parser.add_argument(
         "--no-isolation",
         dest="isolation",
         action="store_false",

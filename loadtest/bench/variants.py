@@ -18,6 +18,19 @@ _NO_HAPROXY = {
 }
 _NO_COALESCING = {"coalescing": {"enabled": False}}
 _OLD_READS = {"OFFERS_FEATURE_CACHE_TTL_S": "0", "OFFERS_DYNAMODB_BATCH_READS": "false"}
+# serve_config.yaml's minimums, held: the replicas the shipped config starts with.
+_FIXED_REPLICAS = {
+    "supervisor": {"autoscaling": {"min_replicas": 2, "max_replicas": 2}},
+    "members": {"autoscaling": {"min_replicas": 1, "max_replicas": 1}},
+}
+# k8s/profile.yaml's serve.ensemble_args.layout (a unit test keeps them equal): the plan
+# production makes, built on this machine.
+PRODUCTION_LAYOUT = {
+    "placement": "auto",
+    "expected_logins_per_s": 100.0,
+    "max_parallel": 4,
+    "fanout_target_ms": 3.0,
+}
 
 VARIANTS: dict[str, Variant] = {
     v.name: v
@@ -54,6 +67,26 @@ VARIANTS: dict[str, Variant] = {
             "HAProxy as Serve configures it: no maxconn per replica, no queue timeout, no "
             "arrival stamp; every login reaches a supervisor's event loop",
             edge=False,
+        ),
+        Variant(
+            "per-member",
+            "layout per_member: one deployment per member (the case study's shape)",
+            args={"layout": {"placement": "per_member"}},
+        ),
+        Variant(
+            "grouped",
+            "layout groups 2: every member in one of 2 member deployments, none inline",
+            args={"layout": {"placement": "groups", "groups": 2}},
+        ),
+        Variant(
+            "planned-production",
+            "layout auto with k8s/profile.yaml's planning inputs (its expected load and cores)",
+            args={"layout": PRODUCTION_LAYOUT},
+        ),
+        Variant(
+            "no-autoscaling",
+            "every deployment at a fixed replica count (its min_replicas)",
+            args=_FIXED_REPLICAS,
         ),
         Variant(
             "direct-ingress",

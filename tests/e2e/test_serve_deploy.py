@@ -32,7 +32,6 @@ from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, local_endpoint
-from app.serving.member_layout import plan_groups
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.systems import ManagedProcess
 from models.population import player_id
@@ -195,8 +194,12 @@ def test_serve_deploy_serves_personalized_offers(deployed_cluster):
     for app in apps:
         deployments = status["applications"][app.name]["deployments"]
         manifest = load_manifest(app.args.version_dir())
-        groups = plan_groups(manifest.members, app.args.layout)
-        assert set(deployments) == {"supervisor"} | {g.deployment for g in groups}
+        # The placement the application reports is the one Serve runs: every member scored
+        # once, inline in the supervisor or in a member deployment that exists.
+        layout = ensemble_info(app.route_prefix)["layout"]
+        assert sorted(layout) == sorted(e.name for e in manifest.members)
+        remote = {view["deployment"] for view in layout.values() if view["placement"] != "inline"}
+        assert set(deployments) == {"supervisor"} | remote
         assert all(d["status"] == "HEALTHY" for d in deployments.values())
 
         response = post(app.route_prefix, player_id(11))
@@ -364,7 +367,7 @@ def _wait_for(predicate, what: str, timeout_s: float = 60.0):
         time.sleep(0.5)
 
 
-def _knobs(prefix: str) -> dict:
+def ensemble_info(prefix: str) -> dict:
     return requests.get(f"{HTTP_BASE}{prefix}/v1/ensemble", timeout=10).json()
 
 
@@ -415,7 +418,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     # Every read of the canary's knobs (HAProxy spreads them over both replicas) and of the
     # split shows the new values.
     _wait_for(
-        lambda: all(_knobs(canary.route_prefix)["knobs"]["quorum"] == 0.9 for _ in range(6)),
+        lambda: all(ensemble_info(canary.route_prefix)["knobs"]["quorum"] == 0.9 for _ in range(6)),
         "quorum 0.9 on every canary supervisor",
     )
     _wait_for(
@@ -456,8 +459,8 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     deploy({"quorum": 1.5}, new_weights)
     rejected = _wait_for(
         lambda: (
-            all(_knobs(canary.route_prefix)["knobs_rejected"] for _ in range(6))
-            and _knobs(canary.route_prefix)
+            all(ensemble_info(canary.route_prefix)["knobs_rejected"] for _ in range(6))
+            and ensemble_info(canary.route_prefix)
         ),
         "the refusal of quorum 1.5",
     )
@@ -470,7 +473,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     # Back to the shipped values for the tests that follow.
     deploy({}, {"2026-10": 90, "2026-11": 10})
     _wait_for(
-        lambda: all(_knobs(canary.route_prefix)["knobs"]["quorum"] == 0.5 for _ in range(6)),
+        lambda: all(ensemble_info(canary.route_prefix)["knobs"]["quorum"] == 0.5 for _ in range(6)),
         "the shipped knobs back",
     )
 

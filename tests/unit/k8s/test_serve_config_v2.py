@@ -115,13 +115,16 @@ def test_applications_are_the_local_ones_with_only_the_documented_overrides(
     assert top == expected
 
 
-def test_production_runs_the_member_per_deployment_layout_against_real_dynamodb(
+def test_production_plans_its_layout_for_the_cluster_against_real_dynamodb(
     serve_config_v2, rayservice
 ):
     for app in serve_config_v2["applications"]:
         if app["import_path"] == BUILDER_IMPORT_PATH:
             args = EnsembleAppArgs.model_validate(app["args"])
-            assert args.layout.groups is None  # one deployment per member, each autoscaled
+            # Planned on the cluster for its load and cores, not for a 2-core laptop.
+            assert args.layout.placement == "auto"
+            assert args.layout.max_parallel is not None and args.layout.max_parallel > 2
+            assert args.layout.expected_logins_per_s > 40
             assert args.supervisor.autoscaling.min_replicas >= 2
             assert args.supervisor.max_replicas_per_node == 1
             assert args.members.autoscaling.max_replicas > args.members.autoscaling.min_replicas

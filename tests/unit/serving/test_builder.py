@@ -9,6 +9,7 @@ import yaml
 from ray.serve._private.build_app import build_app as serve_build
 from ray.serve.schema import ServeDeploySchema
 
+from app.config.app_args import MemberLayout
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.local.processes import PROJECT_ROOT
@@ -54,11 +55,19 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
         check_deployment_overrides(app)
         built = deployments(app.args)
         members = [name for name in built if name != "supervisor"]
-        if app.args.layout.groups is None:
-            assert len(members) == 12 and all(not m.startswith("member-group-") for m in members)
-        else:
-            assert members == [f"member-group-{i}" for i in range(app.args.layout.groups)]
         supervisor = built["supervisor"]
+        config = supervisor.init_args[0]  # the SupervisorConfig its replicas start with
+        placed = config.inline + [m for names in config.groups.values() for m in names]
+        assert len(placed) == 12 and len(set(placed)) == 12  # every member exactly once
+        assert sorted(members) == sorted(config.groups)
+        assert sorted(config.placements) == sorted(placed)
+        if app.args.layout.placement == "per_member":
+            assert len(members) == 12 and not config.inline
+        elif app.args.layout.placement == "auto":
+            # The plan's own view, shown by GET /v1/ensemble, says what was built.
+            for name, view in config.placements.items():
+                assert (view["placement"] == "inline") == (name in config.inline), view
+                assert view["reason"]
         assert supervisor.ray_actor_options["num_cpus"] == app.args.supervisor.num_cpus
         assert supervisor.max_ongoing_requests == app.args.supervisor.max_ongoing_requests
     # Every router application routes to versions this config deploys, and builds.
@@ -92,16 +101,32 @@ def test_removing_the_layout_from_the_local_config_still_deploys(standard_models
 
 def test_member_deployments_must_name_deployments_the_layout_creates(standard_models) -> None:
     app = configured_apps(SHIPPED[0])[0]
-    args = app.args.model_copy(update={"member_deployments": {"member-xgb-all": {"num_cpus": 1}}})
+    grouped = app.args.model_copy(
+        update={
+            "layout": MemberLayout(placement="groups", groups=2),
+            "member_deployments": {"member-xgb-all": {"num_cpus": 1}},
+        }
+    )
     with pytest.raises(ImpossibleConfig, match=r"member-group-0.*member-group-1"):
-        build_app(args)
+        build_app(grouped)
+    # layout auto: any deployment a plan could make is accepted (it applies when made); a
+    # name no plan can make is refused.
+    assert app.args.layout.placement == "auto"
+    build_app(app.args.model_copy(update={"member_deployments": {"member-xgb-all": {}}}))
+    with pytest.raises(ImpossibleConfig, match="member-nope"):
+        build_app(app.args.model_copy(update={"member_deployments": {"member-nope": {}}}))
 
 
+@pytest.mark.parametrize(
+    ("layout", "name"),
+    [({"groups": 2}, "member-xgb-all"), ({"placement": "auto"}, "member-nope")],
+)
 def test_a_serve_override_for_a_deployment_the_layout_lacks_is_explained(
-    standard_models, tmp_path: Path
+    standard_models, tmp_path: Path, layout: dict, name: str
 ) -> None:
     document = yaml.safe_load(SHIPPED[0].read_text())
-    document["applications"][0]["deployments"] = [{"name": "member-xgb-all", "num_replicas": 2}]
+    document["applications"][0]["args"]["layout"] = layout
+    document["applications"][0]["deployments"] = [{"name": name, "num_replicas": 2}]
     path = tmp_path / "serve_config.yaml"
     path.write_text(yaml.safe_dump(document))
     app = configured_apps(path)[0]

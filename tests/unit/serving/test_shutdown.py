@@ -25,17 +25,18 @@ class Closable:
         self.closed += 1
 
 
-def test_supervisor_shutdown_closes_the_feature_store_and_the_coalescer_once():
+def test_supervisor_shutdown_closes_the_store_coalescer_and_inline_members_once():
     # The class Serve runs: @serve.ingress wraps ours, and its async __del__ (what Serve
     # awaits on shutdown) must reach our own.
     cls = Supervisor.func_or_class
     replica = cls.__new__(cls)  # the state __init__ leaves behind, without Ray
     replica._store, replica._coalescing, replica._closed = Closable(), Closable(), False
+    replica._inline = Closable()  # the inline members' predict thread
     replica._service = Closable()  # writes its pending fallback tally
     asyncio.run(replica.__del__())
     asyncio.run(replica.__del__())  # a second call (the garbage collector) does nothing
-    closed = (replica._store.closed, replica._coalescing.closed, replica._service.closed)
-    assert closed == (1, 1, 1)
+    parts = (replica._store, replica._coalescing, replica._inline, replica._service)
+    assert [p.closed for p in parts] == [1, 1, 1, 1]
 
 
 def test_supervisor_that_never_finished_starting_shuts_down_quietly():

@@ -80,3 +80,29 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["grpc-off"].ray_env == {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "0"}
     assert VARIANTS["no-coalescing"].args == {"coalescing": {"enabled": False}}
     assert VARIANTS["production-uncoalesced"].base == PRODUCTION
+
+
+def test_planned_production_runs_the_layout_k8s_ships():
+    from loadtest.bench.variants import PRODUCTION_LAYOUT
+
+    profile = yaml.safe_load((ROOT / "k8s" / "profile.yaml").read_text())
+    assert profile["serve"]["ensemble_args"]["layout"] == PRODUCTION_LAYOUT
+
+
+def test_layout_variants_and_fixed_replicas(tmp_path):
+    layouts = {
+        name: EnsembleAppArgs.model_validate(
+            derive(tmp_path, VARIANTS[name])[0]["applications"][0]["args"]
+        )
+        for name in ("per-member", "grouped", "planned-production", "no-autoscaling")
+    }
+    assert layouts["per-member"].layout.placement == "per_member"
+    assert (layouts["grouped"].layout.placement, layouts["grouped"].layout.groups) == ("groups", 2)
+    assert layouts["planned-production"].layout.max_parallel == 4
+    fixed = layouts["no-autoscaling"]
+    shipped = EnsembleAppArgs.model_validate(derive(tmp_path)[0]["applications"][0]["args"])
+    for role in ("supervisor", "members"):
+        scaling = getattr(fixed, role).autoscaling
+        assert scaling.min_replicas == scaling.max_replicas
+        assert scaling.min_replicas == getattr(shipped, role).autoscaling.min_replicas
+    assert shipped.layout.placement == "auto"

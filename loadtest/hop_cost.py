@@ -1,0 +1,151 @@
+"""What one Serve hop costs in CPU: the figure the layout planner weighs a member's predict
+against (app.config.app_args.HOP_CPU_MS, layout.hop_cpu_ms).
+
+    .venv/bin/python -m loadtest.hop_cost --rounds 3
+
+Starts a one-node Ray with Serve's process settings (app.config.ray_env), deploys a caller
+and a callee deployment as small as the service's (fractional num_cpus, one replica each),
+and has the caller make sequential handle calls carrying one login's candidate matrix
+(10 x 40 float32) to a callee that returns one row of scores, as a member does. The CPU of
+every process of the Ray session (the study's process tree: GCS, raylet, controller,
+replicas) is counted over the calls, less the session's idle CPU rate measured just before,
+and divided by the calls. Rounds alternate sequential calls and `--concurrency` calls at
+once (a fan-out's hops overlap). Prints medians with their min-max, writes
+loadtest/results/<timestamp>-hop/hop.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from app.config.ray_env import SERVE_PROCESS_ENV
+from app.local.ray_auth import ray_auth_env
+from loadtest.harness.resources import tree_cpu_seconds
+from loadtest.harness.results import (
+    parse_study_args,
+    results_folder,
+    run_study,
+    spread,
+    study_log,
+    study_parser,
+)
+
+log = study_log("hop-cost")
+ROWS, WIDTH = 10, 40
+IDLE_S = 5.0
+
+
+def deploy() -> Any:
+    """The caller's handle; Ray and Serve started with the service's settings."""
+    import numpy as np
+    import ray
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
+    class Callee:
+        async def score(self, matrix: np.ndarray) -> np.ndarray:
+            return np.zeros((1, matrix.shape[0]))
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1})
+    class Caller:
+        def __init__(self, callee: Any) -> None:
+            self._callee = callee
+            self._matrix = np.random.default_rng(0).random((ROWS, WIDTH), dtype=np.float32)
+
+        async def calls(self, n: int, concurrency: int) -> float:
+            import asyncio
+
+            started = time.perf_counter()
+            for _ in range(n // concurrency):
+                await asyncio.gather(
+                    *(self._callee.score.remote(self._matrix) for _ in range(concurrency))
+                )
+            return time.perf_counter() - started
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    return serve.run(Caller.bind(Callee.bind()), name="hop-cost", route_prefix=None)
+
+
+async def measure(caller: Any, calls: int, concurrency: int) -> dict[str, float]:
+    me = os.getpid()
+    cpu0 = tree_cpu_seconds(me)
+    await asyncio.sleep(IDLE_S)
+    idle_rate = (tree_cpu_seconds(me) - cpu0) / IDLE_S
+    cpu1, t1 = tree_cpu_seconds(me), time.monotonic()
+    await caller.calls.remote(calls, concurrency)
+    cpu, wall = tree_cpu_seconds(me) - cpu1, time.monotonic() - t1
+    return {
+        "cpu_ms_per_call": (cpu - idle_rate * wall) * 1000.0 / calls,
+        "wall_ms_per_call": wall * 1000.0 / calls,
+        "idle_cpu_rate": idle_rate,
+    }
+
+
+async def measure_rounds(
+    caller: Any, args: argparse.Namespace
+) -> dict[str, list[dict[str, float]]]:
+    # Serve's process settings run a handle's router on the caller's event loop: every call
+    # from this driver is made from one loop.
+    await caller.calls.remote(200, 1)  # warm: handles, gRPC channels
+    rounds: dict[str, list[dict[str, float]]] = {"sequential": [], "concurrent": []}
+    for r in range(args.rounds):
+        for kind, concurrency in (("sequential", 1), ("concurrent", args.concurrency)):
+            rounds[kind].append(await measure(caller, args.calls, concurrency))
+            log(f"round {r + 1} {kind}: {rounds[kind][-1]}")
+    return rounds
+
+
+def run(args: argparse.Namespace) -> Path:
+    os.environ.update(SERVE_PROCESS_ENV)
+    os.environ.update(ray_auth_env())
+    folder = results_folder("hop")
+    caller = deploy()
+    try:
+        rounds = asyncio.run(measure_rounds(caller, args))
+    finally:
+        import ray
+
+        # Stops the session ray.init started (Serve's controller and replicas with it); the
+        # handle's loop is gone, so serve.shutdown() could not reach the controller from here.
+        ray.shutdown()
+    report = {
+        "command": args.command,
+        "calls": args.calls,
+        "concurrency": args.concurrency,
+        "rounds": rounds,
+        "cpu_ms_per_call": {
+            k: spread([x["cpu_ms_per_call"] for x in v]) for k, v in rounds.items()
+        },
+        "wall_ms_per_call": {
+            k: spread([x["wall_ms_per_call"] for x in v]) for k, v in rounds.items()
+        },
+    }
+    (folder / "hop.json").write_text(json.dumps(report, indent=2) + "\n")
+    for kind in rounds:
+        cpu = [x["cpu_ms_per_call"] for x in rounds[kind]]
+        log(
+            f"{kind}: {statistics.median(cpu):.2f} CPU-ms per hop "
+            f"[{min(cpu):.2f}-{max(cpu):.2f}] over {len(cpu)} rounds"
+        )
+    log(f"results in {folder}")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = study_parser("loadtest.hop_cost", __doc__)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=8)
+    args = parse_study_args(parser, argv)
+    return run_study(lambda: run(args), log)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
