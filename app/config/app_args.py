@@ -33,6 +33,11 @@ class AutoscalingArgs(StrictModel):
     # target_ongoing_requests (right for the router, which does not coalesce).
     signal: Literal["utilization", "ongoing_requests"] = "ongoing_requests"
     target_utilization: float = Field(default=0.6, gt=0, le=1)
+    # utilization only: add replicas only while the most idle host the replicas report from
+    # has this many cores idle (app.core.replica_scaling.capped_by_idle_cpu). For a
+    # fixed-size node, where a replica without a free core slows the others; null on a
+    # cluster that adds nodes for pending replicas.
+    min_idle_cpus: float | None = Field(default=None, gt=0)
     target_ongoing_requests: float = Field(default=4.0, gt=0)
     # How long a decision must hold before replicas are added or removed (Serve's own
     # options; its defaults, 30 s and 600 s, are slower than a login spike).
@@ -44,11 +49,18 @@ class AutoscalingArgs(StrictModel):
 
     def to_serve(self) -> dict[str, Any]:
         """Serve's autoscaling_config for these args."""
-        config = self.model_dump(exclude={"signal", "target_utilization"})
+        config = self.model_dump(exclude={"signal", "target_utilization", "min_idle_cpus"})
         if self.signal == "utilization":
             config["policy"] = {
                 "policy_function": UTILIZATION_POLICY,
-                "policy_kwargs": {"target_utilization": self.target_utilization},
+                "policy_kwargs": {
+                    "target_utilization": self.target_utilization,
+                    **(
+                        {"min_idle_cpus": self.min_idle_cpus}
+                        if self.min_idle_cpus is not None
+                        else {}
+                    ),
+                },
             }
         return config
 

@@ -24,3 +24,19 @@ def desired_replicas(utilizations: Iterable[float], target_utilization: float) -
     if not samples:
         return None
     return sum(samples) / target_utilization
+
+
+def capped_by_idle_cpu(
+    desired: float, current: float, idle_cpus: float | None, min_idle_cpus: float | None
+) -> float:
+    """`desired`, except that replicas are never added while the most idle host the
+    replicas report from has less than `min_idle_cpus` cores idle.
+
+    A replica added where no core is idle is not capacity: it shares the same cores with the
+    replicas already serving, and adds its own event loop, metrics and health checks to
+    them. Fewer replicas are always allowed, and an unknown idle CPU (no report yet, or
+    `min_idle_cpus` None: a cluster that adds nodes) never holds a decision back.
+    """
+    if min_idle_cpus is None or idle_cpus is None or desired <= current:
+        return desired
+    return desired if idle_cpus >= min_idle_cpus else current

@@ -17,13 +17,14 @@ import numpy as np
 from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
+from app.adapters.host_cpu import IdleCpu
 from app.adapters.member_model import MemberGroupModel, MemberModel
 from app.config.app_args import MemberGroupConfig
 from app.config.knobs import explain
 from app.contract.manifest import MemberEntry
 from app.core.fanout import MemberRef
 from app.core.load_meter import LoadMeter
-from app.serving.autoscaling import UTILIZATION_METRIC
+from app.serving.autoscaling import replica_stats
 from app.serving.logs import route_service_logs_to_serve
 
 logger = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class MemberGroupDeployment:
         # Share of time spent scoring (one batch at a time): what this deployment
         # autoscales on, whatever the number of calls that carried the rows.
         self._load = LoadMeter(1.0)
+        self._idle = IdleCpu()
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Batching and fault injection, live. A config that does not validate is logged and
@@ -94,7 +96,7 @@ class MemberGroupDeployment:
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom autoscaling metrics (app.serving.autoscaling)."""
-        return {UTILIZATION_METRIC: self._load.utilization()}
+        return replica_stats(self._load, self._idle)
 
     def __del__(self) -> None:
         # Serve calls this on graceful shutdown (the garbage collector may call it again).

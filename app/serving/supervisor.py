@@ -13,6 +13,7 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
+from app.adapters.host_cpu import IdleCpu
 from app.adapters.member_model import InProcessGroupClient, MemberGroupModel, MemberModel
 from app.adapters.snapshot_store import latest_snapshot
 from app.api.routed_login import answer_routed_login
@@ -27,7 +28,7 @@ from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
 from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
 from app.core.precomputed import PrecomputedOffers, PrecomputedTier
-from app.serving.autoscaling import UTILIZATION_METRIC
+from app.serving.autoscaling import replica_stats
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.member_group import HandleGroupClient
 from app.serving.telemetry import SupervisorTelemetry
@@ -167,6 +168,7 @@ class Supervisor:
             )
         # Logins held over the admission bound: what this deployment autoscales on.
         self._load = LoadMeter(config.max_in_flight)
+        self._idle = IdleCpu()
         self._admission = AdmissionGate(config.max_in_flight, load=self._load)
         self._retry_after_s = config.retry_after_s
         settings = get_settings()
@@ -219,7 +221,7 @@ class Supervisor:
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom autoscaling metrics (app.serving.autoscaling)."""
-        return {UTILIZATION_METRIC: self._load.utilization()}
+        return replica_stats(self._load, self._idle)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live knobs (Serve's user_config), merged over the args' baseline.

@@ -102,3 +102,53 @@ def test_the_policy_reads_only_running_replicas_and_holds_before_any_report():
     assert policy(cheap)[0] < policy(ctx)[0]
     fresh = SimpleNamespace(aggregated_metrics=None, running_replicas=["r1"], target_num_replicas=1)
     assert policy(fresh) == (1, {})
+
+
+def test_no_replica_is_added_while_no_host_has_idle_cpu():
+    from app.core.replica_scaling import capped_by_idle_cpu
+
+    # More wanted, a host has 0.8 cores idle: granted.
+    assert capped_by_idle_cpu(3.0, 2, idle_cpus=0.8, min_idle_cpus=0.5) == 3.0
+    # More wanted, every host busy: hold at the current count.
+    assert capped_by_idle_cpu(3.0, 2, idle_cpus=0.2, min_idle_cpus=0.5) == 2
+    # Fewer is always allowed, and unknown idle CPU or no cap never holds a decision back.
+    assert capped_by_idle_cpu(1.0, 2, idle_cpus=0.0, min_idle_cpus=0.5) == 1.0
+    assert capped_by_idle_cpu(3.0, 2, idle_cpus=None, min_idle_cpus=0.5) == 3.0
+    assert capped_by_idle_cpu(3.0, 2, idle_cpus=0.0, min_idle_cpus=None) == 3.0
+
+
+def test_the_policy_caps_by_the_most_idle_running_replicas_host():
+    from types import SimpleNamespace
+
+    from app.serving.autoscaling import UtilizationPolicy
+
+    policy = UtilizationPolicy(target_utilization=0.5, min_idle_cpus=0.5)
+    busy = SimpleNamespace(
+        aggregated_metrics={
+            "utilization": {"r1": 0.9, "r2": 0.9},
+            # A stopped replica's report of an idle host does not count.
+            "idle_cpus": {"r1": 0.1, "r2": 0.3, "gone": 1.5},
+        },
+        running_replicas=["r1", "r2"],
+        target_num_replicas=2,
+    )
+    assert policy(busy) == (2, {})
+    room = SimpleNamespace(
+        aggregated_metrics={"utilization": {"r1": 0.9, "r2": 0.9}, "idle_cpus": {"r2": 0.7}},
+        running_replicas=["r1", "r2"],
+        target_num_replicas=2,
+    )
+    assert policy(room) == (pytest.approx(3.6), {})
+
+
+def test_idle_cpu_is_read_from_the_kernels_counters(tmp_path):
+    from app.adapters.host_cpu import IdleCpu
+
+    stat = tmp_path / "stat"
+    #                user nice system idle iowait irq softirq steal
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 1 2 3\n")
+    idle = IdleCpu(stat, cpus=2)
+    stat.write_text("cpu  250 0 150 900 100 0 0 0 0 0\n")  # +200 busy, +200 idle/iowait
+    assert idle.cores() == pytest.approx(1.0)
+    assert idle.cores() is None  # no time passed between the reads
+    assert IdleCpu(tmp_path / "missing").cores() is None
