@@ -70,8 +70,11 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "per-member",
-            "layout per_member: one deployment per member (the case study's shape)",
-            args={"layout": {"placement": "per_member"}},
+            "layout per_member: one deployment per member (the case study's shape), members "
+            "at num_cpus 0.1 as in serve_config.production-layout.yaml",
+            # 12 members at the shipped 0.25 would ask for 3 of the node's 2 CPUs: replicas
+            # that never schedule.
+            args={"layout": {"placement": "per_member"}, "members": {"num_cpus": 0.1}},
         ),
         Variant(
             "grouped",
