@@ -4,13 +4,13 @@ Measured where the plan is made (the process building the application, or `offer
 on one thread with OpenMP and BLAS limited to one thread, as a serving replica runs them.
 Two sizes separate the fixed cost of a call from the cost of each row: one login's candidate
 rows, and the rows of a coalesced fan-out of `BATCH_LOGINS` logins. Each figure is the
-median of repeated calls, interleaved across members so a burst of noise on a busy host
-lands on all of them alike.
+fastest of repeated calls, interleaved across members: on a shared host noise only ever adds
+time, so the minimum is the cost, and the median moved with the host's load enough to flip
+a plan near its threshold from one build to the next.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 
@@ -51,8 +51,8 @@ def measure_costs(
                 big[model.name].append(_timed_ms(model, batch))
     costs = []
     for model in models:
-        t_small = statistics.median(small[model.name])
-        t_big = statistics.median(big[model.name])
+        t_small = min(small[model.name])
+        t_big = min(big[model.name])
         row_ms = max(0.0, (t_big - t_small) / (big_rows - small_rows))
         call_ms = max(0.0, t_small - row_ms * small_rows)
         costs.append(MemberCost(model.name, call_ms=call_ms, row_ms=row_ms))

@@ -6,7 +6,9 @@ highest open-loop load it holds (capacity.step_search), stop it. Which system a 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,22 @@ def _ensemble(ctx: Context, out: Path, variant: Variant | None, base: Path) -> E
     return system
 
 
+def member_deployments(system: System) -> dict[str, list[str]] | None:
+    """Member deployment -> its members, from GET /v1/ensemble (layout auto plans when the
+    application is built, so a run records the layout it measured). None if unreadable."""
+    url = f"http://127.0.0.1:{system.port}{system.route_prefix}/v1/ensemble"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            layout = json.load(answer)["layout"]
+    except (OSError, ValueError, KeyError):
+        return None
+    out: dict[str, list[str]] = {}
+    for member, where in layout.items():
+        if where.get("deployment"):
+            out.setdefault(where["deployment"], []).append(member)
+    return out
+
+
 def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
     """One run of one system: start, c=1 probe, step search, stop."""
     args = ctx.args
@@ -97,6 +115,9 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
         assert system.process is not None
         ready_s = time.monotonic() - started
         log(f"{name}: ready after {ready_s:.0f}s")
+        layout = member_deployments(system) if isinstance(system, EnsembleSystem) else None
+        if layout is not None:
+            log(f"{name}: member deployments {layout or 'none (every member inline)'}")
         with ResourceMonitor(system.process) as monitor:
             probe = latency_probe(
                 target.port, target.route_prefix, target.game, target.players, args.probe_requests
@@ -131,6 +152,7 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
         "c1_errors": probe.errors,
         "max_rps_held": max_rps,
         "max_offered_held": max((s["offered_rps"] for s in held), default=0) if steps else None,
+        "member_deployments": layout,
         "peak_rss_mb": round(monitor.peak_rss_mb, 1),
         "peak_by_role_mb": monitor.peak_by_role_mb,
         "unclassified_processes": sorted(monitor.unclassified),

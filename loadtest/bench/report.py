@@ -220,6 +220,18 @@ def write_json(report: dict[str, Any], folder: Path) -> Path:
     return path
 
 
+def _run_note(run: dict[str, Any]) -> str:
+    """The error of a failed run, else the member deployments it ran with (ensembles)."""
+    if run.get("error"):
+        return str(run["error"])
+    layout = run.get("member_deployments")
+    if layout is None:
+        return ""
+    if not layout:
+        return "every member inline"
+    return "; ".join(f"{d}: {', '.join(m)}" for d, m in sorted(layout.items()))
+
+
 def _fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
@@ -339,7 +351,7 @@ def write_markdown(report: dict[str, Any], folder: Path) -> Path:
             lines.append(
                 f"| {r['round']} | {name} | {_fmt(r.get('ready_s'), 0)} "
                 f"| {_fmt(r.get('c1_p50_ms'))} | {_fmt(r.get('max_rps_held'))} "
-                f"| {_fmt(r.get('peak_rss_mb'), 0)} | {r.get('error', '')} |"
+                f"| {_fmt(r.get('peak_rss_mb'), 0)} | {_run_note(r)} |"
             )
     lines += [
         "",

@@ -140,3 +140,12 @@ def test_markdown_and_plot_are_written(tmp_path):
     assert "**missed**" in text and "**met**" in text
     assert "locust, open arrivals" in text and '"method": "none"' in text
     assert report.write_plot(data, tmp_path).stat().st_size > 10_000
+
+
+def test_a_runs_note_names_the_member_deployments_it_measured():
+    """layout auto plans at build time, so each run records the layout it ran with."""
+    assert report._run_note(run(1, 10, 5, 100, member_deployments={})) == "every member inline"
+    grouped = run(1, 10, 5, 100, member_deployments={"member-group-0": ["et-boot3"]})
+    assert report._run_note(grouped) == "member-group-0: et-boot3"
+    assert report._run_note(run(1, 10, 5, 100)) == ""  # a peer: no member deployments
+    assert report._run_note({"error": "died", "member_deployments": {}}) == "died"
