@@ -1,6 +1,6 @@
 """The production CLI path: `ray start --head`, `serve deploy <config>`, then HTTP and load.
 
-The deployed config is serve_config.yaml as shipped (2 member groups, coalescing with
+The deployed config is serve_config.yaml as shipped (layout auto, coalescing with
 max_in_flight 1, RAY_SERVE_THROUGHPUT_OPTIMIZED where Ray starts) plus one small second
 application with API-key auth on, configured the way production does it: the key's digest
 in the replicas' environment.
@@ -478,6 +478,37 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     )
 
 
+def haproxy_servers(app_name: str) -> dict[str, tuple[str, int, int]]:
+    """HAProxy's own view of an application's ingress replicas, from its admin socket's
+    `show stat`: server name -> (status, sessions now, queued now). The socket sits beside
+    the config file the running HAProxy was started with."""
+    import socket
+
+    import psutil
+
+    configs = {
+        Path(arg).parent
+        for p in psutil.process_iter(["name", "cmdline"])
+        if "haproxy" in (p.info["name"] or "")
+        for arg in p.info["cmdline"] or []
+        if arg.endswith(".cfg")
+    }
+    assert len(configs) == 1, f"one HAProxy config directory, found {configs}"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(configs.pop() / "admin.sock"))
+        sock.sendall(b"show stat\n")
+        raw = b"".join(iter(lambda: sock.recv(65536), b""))
+    header, *rows = raw.decode().lstrip("# ").splitlines()
+    fields = header.split(",")
+    servers = {}
+    for row in filter(None, rows):
+        stat = dict(zip(fields, row.split(","), strict=False))
+        if stat["pxname"] == f"http-{app_name}" and stat["svname"] not in {"FRONTEND", "BACKEND"}:
+            servers[stat["svname"]] = (stat["status"], int(stat["scur"]), int(stat["qcur"]))
+    return servers
+
+
 def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_cluster):
     """Every supervisor replica of a version SIGSTOPped, so no Python event loop of it can
     run: HAProxy holds `admission.max_in_flight` logins on each replica and answers every
@@ -501,6 +532,20 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
     ]
     assert len(stopped) == 2, "the shipped config runs 2 supervisor replicas"
     held = len(stopped) * app.args.admission.max_in_flight
+    # HAProxy must be sending to both replicas before they stop. After a `serve deploy`
+    # that reconfigures them (the previous test's), HAProxy's backend can list one of them
+    # for seconds, and then brings it back only after its health checks pass.
+    _wait_for(
+        lambda: (
+            sorted(
+                status
+                for server, (status, *_) in haproxy_servers(app.name).items()
+                if server.startswith("SERVE_REPLICA")
+            )
+            == ["UP", "UP"]
+        ),
+        "HAProxy sending to both supervisor replicas",
+    )
     beyond = 24
     url = f"{HTTP_BASE}{app.route_prefix}/v1/offers"
 
@@ -510,8 +555,10 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
             async def login(i: int):
                 body = {"player_id": player_id(i), "game": app.args.game}
                 async with session.post(url, json=body) as response:
-                    return response.status, response.headers.get("Retry-After"), (
-                        await response.json(content_type=None)
+                    return (
+                        response.status,
+                        response.headers.get("Retry-After"),
+                        (await response.json(content_type=None)),
                     )
 
             tasks = [asyncio.create_task(login(i)) for i in range(held + beyond)]
@@ -522,6 +569,7 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
             await asyncio.sleep(0.3)  # room for a wrong extra answer to show up
             refused = [t.result() for t in tasks if t.done()]
             waiting = [t for t in tasks if not t.done()]
+            print("HAProxy while stopped:", haproxy_servers(app.name))  # shown if it fails
             await asyncio.sleep(app.args.request_budget_ms / 1000.0 + 0.3)
             for proc in stopped:
                 proc.send_signal(signals.SIGCONT)

@@ -81,7 +81,13 @@ def test_seed_loads_the_configured_table(tmp_path, dynalite_server, tiny_version
 def test_prepare_explains_a_deployment_override_the_layout_does_not_create(
     tmp_path, tiny_version_dir
 ):
-    args = {"profile": "tiny", "artifacts_root": str(tiny_version_dir.parents[2])}
+    # One member group: per-member names such as member-xgb-all are not created. (Under
+    # `layout: auto` they are, when the plan gives xgb-all its own deployment.)
+    args = {
+        "profile": "tiny",
+        "artifacts_root": str(tiny_version_dir.parents[2]),
+        "layout": {"placement": "groups", "groups": 1},
+    }
     config = config_for(
         tmp_path,
         "http://127.0.0.1:4567",
@@ -94,6 +100,26 @@ def test_prepare_explains_a_deployment_override_the_layout_does_not_create(
     assert "Traceback" not in result.stderr
     assert "does not create" in result.stderr
     assert "member-group-0" in result.stderr
+
+
+def test_prepare_refuses_an_override_no_auto_plan_could_create(tmp_path, tiny_version_dir):
+    args = {
+        "profile": "tiny",
+        "artifacts_root": str(tiny_version_dir.parents[2]),
+        "layout": {"placement": "auto"},
+    }
+    config = config_for(
+        tmp_path,
+        "http://127.0.0.1:4567",
+        "player-features",
+        args,
+        deployments=[{"name": "member-extra-trees", "num_replicas": 2}],
+    )
+    result = offers("prepare", "--config", str(config))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "member-extra-trees" in result.stderr and "does not create" in result.stderr
+    assert "member-xgb-all" in result.stderr  # what it could create instead
 
 
 def test_an_unknown_args_key_is_refused_with_its_name(tmp_path):
