@@ -15,13 +15,14 @@ against `make run`. docs/reliability.md has the results.
 Scenarios (the fault, if any, acts FAULT_AT_S into the run); `_game` ones go through the
 game's router, the others through the first version's own route:
   steady[_game]           --rate logins/s
-  overload_2x[_game]      2 x --rate for --seconds
+  overload_2x[_game]      2 x --held-rate (what the bench held) for --seconds
   burst_N[_game]          N = 200, 500, 1000 logins at once
   hot_player_K[_game]     K = 50, 100 closed-loop clients on one player
   member_killed           a member replica SIGKILLed
   supervisor_killed       a supervisor replica SIGKILLed
   version_down            every supervisor of the first version SIGKILLed while its players
-                          log in through the game route
+                          log in through the game route; records when its own route is
+                          healthy again and when its players are back on it
   dynamodb_slow           +800 ms on every DynamoDB call for DYNAMO_SLOW_S (cluster only)
   dynalite_crash          a client aborts mid-request, which kills dynalite 4.0.0; its
                           supervision restarts it with its data (cluster only)
@@ -231,6 +232,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--players", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=30.0, help="steady logins/s")
     parser.add_argument("--seconds", type=float, default=30.0, help="length of each load run")
+    parser.add_argument(
+        "--held-rate",
+        type=float,
+        default=213.0,
+        help="logins/s the bench held with the shipped config on this host (overload_2x "
+        "sends twice it); 213 is the 2026-11-25 figure of docs/performance.md",
+    )
     parser.add_argument("--only", type=lambda s: set(s.split(",")), default=None)
     parser.add_argument(
         "--target",
@@ -247,4 +255,3 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     return run_study(lambda: run(args), log)
-

@@ -42,6 +42,7 @@ DYNAMO_DELAY_MS = 800.0
 SLACK_MS = 100.0  # the issue's target: every accepted answer within budget + 100 ms
 HOT_CLIENTS = (50, 100)
 BURSTS = (200, 500, 1000)
+HEALTH_WATCH_S = 60.0  # version_down: how long to wait for the version's route to answer
 
 log = study_log("reliability")
 
@@ -129,9 +130,11 @@ def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
         tag = "" if route == "version" else "_game"
         scenarios += [
             Scenario(f"steady{tag}", steady, route=route),
+            # Twice what the bench held on this host (--held-rate), for --seconds.
             Scenario(
                 f"overload_2x{tag}",
-                lambda c: open_loop(c, constant_rate(2 * args.rate, args.seconds), players),
+                lambda c: open_loop(c, constant_rate(2 * args.held_rate, args.seconds), players),
+                notes={"offered_per_s": 2 * args.held_rate},
                 route=route,
             ),
             *(
@@ -150,6 +153,13 @@ def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
                 for k in HOT_CLIENTS
             ),
         ]
+    healthy: dict[str, float | None] = {}
+
+    def version_killed() -> str:
+        did = kill("supervisor", every=True)()
+        watch_version_health(target, healthy)
+        return did
+
     scenarios += [
         Scenario("member_killed", steady, kill("member-")),
         Scenario("supervisor_killed", steady, kill("supervisor")),
@@ -159,14 +169,39 @@ def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
             lambda c: open_loop(
                 c, constant_rate(args.rate, args.seconds), lambda i: canary[i % len(canary)]
             ),
-            kill("supervisor", every=True),
-            notes={"version": target.version},
+            version_killed,
+            notes={"version": target.version, "healthy": healthy},
             route="game",
         ),
     ]
     if target.cluster is not None and target.proxy is not None and target.dynalite is not None:
         scenarios += cluster_faults(steady, target.cluster, target.dynalite, target.proxy)
     return scenarios
+
+
+def watch_version_health(target: Target, seen: dict[str, float | None]) -> None:
+    """From now (the fault), polls the version's own route (`/healthz`, through the ingress)
+    every 100 ms and records in `seen["after_s"]` the seconds until it answers 200 again: the
+    moment the version is healthy from a caller's side. None until then, or if it never is
+    within the window."""
+    import requests
+
+    url = f"http://127.0.0.1:{target.port}{target.routes['version']}/healthz"
+    started = time.monotonic()
+    seen["after_s"] = None
+
+    def poll() -> None:
+        time.sleep(0.5)  # past the kill: the replicas' last answers must not count
+        while time.monotonic() - started < HEALTH_WATCH_S:
+            try:
+                if requests.get(url, timeout=1.0).status_code == 200:
+                    seen["after_s"] = round(time.monotonic() - started, 2)
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+
+    threading.Thread(target=poll, daemon=True, name="version-health").start()
 
 
 def answered_by(shots: list[Shot]) -> dict[str, int]:
@@ -258,10 +293,20 @@ def run_scenario(
         elif key == "lost":
             summary["replicas_on_worker"] = value.get("replicas_on_worker")
         elif key == "version":
-            summary["back_on_version_after_s"] = back_on_version_after_s(
-                shots, FAULT_AT_S, value
-            )
+            summary["back_on_version_after_s"] = back_on_version_after_s(shots, FAULT_AT_S, value)
             summary["answered_by"] = answered_by(shots)
+        elif key == "healthy":
+            # The issue's target: back on the version within 10 s of it being healthy again.
+            summary["healthy_again_after_s"] = value.get("after_s")
+            back = summary.get("back_on_version_after_s")
+            if back is not None and value.get("after_s") is not None:
+                summary["back_after_healthy_s"] = round(back - value["after_s"], 2)
+        elif key == "offered_per_s":
+            sent = [s.sent_s for s in shots]
+            summary["offered_per_s"] = value
+            summary["sent_per_s"] = (
+                round(len(sent) / (max(sent) - min(sent)), 1) if len(sent) > 1 else None
+            )
     (folder / "shots" / f"{scenario.name}.json").write_text(
         json.dumps([s.to_json() for s in shots]) + "\n"
     )
@@ -283,4 +328,3 @@ def run_scenario(
     # Let autoscaling and replaced replicas settle before the next scenario.
     time.sleep(10)
     return summary
-

@@ -56,11 +56,62 @@ def test_local_target_runs_every_scenario_it_can_inject_on_both_routes():
         version="2026-11",
         canary_players=["p0000001"],
     )
-    args = argparse.Namespace(players=100, rate=10.0, seconds=5.0)
+    args = argparse.Namespace(players=100, rate=10.0, seconds=5.0, held_rate=213.0)
     scenarios = {s.name: s for s in build_scenarios(args, target)}
+    assert scenarios["overload_2x"].notes["offered_per_s"] == 426.0  # 2x the bench's held rate
     for name in ("burst_1000", "hot_player_100", "steady", "overload_2x"):
         assert scenarios[name].route == "version"
         assert scenarios[f"{name}_game"].route == "game"
     assert scenarios["version_down"].route == "game" and scenarios["version_down"].fault
     # The delay proxy, dynalite's supervision and a second node are the cluster's only.
     assert not {"dynamodb_slow", "dynalite_crash", "worker_node_lost"} & scenarios.keys()
+
+
+def test_version_health_is_the_first_200_of_its_route_after_the_fault():
+    """A real HTTP server standing in for the ingress: 503 until the version is back, then
+    200. The watch records a moment after it came back, and nothing before it."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from loadtest.reliability.scenarios import watch_version_health
+
+    back = threading.Event()
+    paths: list[str] = []
+
+    class Ingress(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            paths.append(self.path)
+            self.send_response(200 if back.is_set() else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ingress)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        target = Target(
+            port=server.server_address[1],
+            game="galaxy-raiders",
+            routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
+            version_app="galaxy-raiders-2026-11",
+            version="2026-11",
+            canary_players=[],
+        )
+        seen: dict = {}
+        started = time.monotonic()
+        watch_version_health(target, seen)
+        while len(paths) < 3:  # refused a few times first
+            time.sleep(0.05)
+        assert seen["after_s"] is None
+        back.set()
+        came_back_s = time.monotonic() - started
+        deadline = time.monotonic() + 30
+        while seen["after_s"] is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert seen["after_s"] is not None and seen["after_s"] >= came_back_s
+        assert set(paths) == {"/galaxy-raiders/2026-11/healthz"}
+    finally:
+        server.shutdown()
