@@ -3,9 +3,10 @@
 The router holds no models and reads no features: it picks a version (app.core.version_split),
 forwards the login with what is left of its budget, and if that version's application is
 missing, not running, failing or silent, tries the next one while budget remains, flagging
-the answer (`rerouted_reason`). A version that refuses because it is overloaded (503) is not
-bypassed: its load would only overload the next one. When no version can answer, the caller
-gets a fast 503 with Retry-After, never a 5xx of another kind.
+the answer (`rerouted_reason`). A version that failed or stayed silent for several logins in
+a row is skipped for a while (app.core.version_breaker). A version that refuses because it is
+overloaded (503) is not bypassed: its load would only overload the next one. When no version
+can answer, the caller gets a fast 503 with Retry-After, never a 5xx of another kind.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Protocol
 
 from app.core.deadline import Deadline
 from app.core.tally_log import TallyLog
+from app.core.version_breaker import VersionBreaker
 from app.core.version_split import VersionSplit
 
 logger = logging.getLogger(__name__)
@@ -32,6 +34,38 @@ REPLY_GRACE_S = 0.05
 
 class VersionUnavailable(RuntimeError):
     """The version's application is missing or not running: skip it without waiting."""
+
+
+# Application states in which a version is not tried whatever its replicas: it is not there yet
+# or is going away.
+GONE_STATES = frozenset({"NOT_STARTED", "DELETING"})
+
+
+@dataclass(frozen=True)
+class VersionHealth:
+    """What the control plane says of one version's application."""
+
+    app_status: str  # Serve's application status: RUNNING, DEPLOYING, UNHEALTHY, ...
+    running: int  # RUNNING replicas of its ingress (the supervisor)
+
+
+def unavailable_reason(health: VersionHealth | None) -> str | None:
+    """Why a login should not be sent to this version at all, or None to try it.
+
+    Decided by the ingress replicas that can take a login, not by the application's status:
+    Serve marks an application UNHEALTHY from a replica's death until its deployment is back
+    at its target replica count, and an autoscaling target the nodes cannot place (e.g. one
+    more replica than nodes under max_replicas_per_node) keeps it UNHEALTHY for as long as the
+    target stands, while the live replicas answer normally. Skipping on UNHEALTHY sent a
+    version's players elsewhere for the whole time (make reliability, 2026-11-25). With no
+    running ingress replica, a try would only wait for one, so the version is skipped."""
+    if health is None:
+        return "not deployed"
+    if health.app_status in GONE_STATES:
+        return health.app_status
+    if health.running <= 0:
+        return f"{health.app_status} with no running replica"
+    return None
 
 
 class VersionBackend(Protocol):
@@ -63,8 +97,10 @@ class OfferRouter:
         failover_reserve_ms: float,
         retry_after_s: float,
         on_routed: Callable[[str, str, str], None] | None = None,
+        breaker: VersionBreaker | None = None,
     ) -> None:
         self._backend = backend
+        self._breaker = breaker or VersionBreaker()
         self.configure(split, budget_ms=budget_ms, failover_reserve_ms=failover_reserve_ms)
         self._retry_after_s = retry_after_s
         self._on_routed = on_routed or (lambda assigned, answered, reason: None)
@@ -96,6 +132,13 @@ class OfferRouter:
         order = [assigned, *split.alternatives(assigned)]
         reason: str | None = None
         for i, version in enumerate(order):
+            skipped = self._breaker.skip_reason(version)
+            if skipped is not None:
+                # It failed or stayed silent for the last logins: do not spend this one's
+                # budget finding out again (app.core.version_breaker).
+                reason = reason or skipped
+                self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
+                continue
             left_ms = deadline.remaining_s() * 1000.0
             # Keep a reserve for the next version unless this is the last one to try.
             give_ms = left_ms if i == len(order) - 1 else left_ms - self._reserve_ms
@@ -116,13 +159,19 @@ class OfferRouter:
                 continue
             except TimeoutError:
                 reason = reason or "timeout"
+                self._breaker.failed(version, "timeout")
                 self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
                 continue
             except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
                 reason = reason or "failed"
+                self._breaker.failed(version, "failed")
                 self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
                 continue
             status = int(reply.get("status", 500))
+            if status in (200, 503):
+                self._breaker.succeeded(version)  # it answered: up, if perhaps overloaded
+            else:
+                self._breaker.failed(version, "failed")
             if status == 200:
                 body = dict(reply["body"])
                 why = None if version == assigned else reason

@@ -2,8 +2,9 @@
 
 Thin Serve wrapper around app.core.offer_routing.OfferRouter: version weights are its live
 user_config (reconfigure), versions are reached through handles to their applications'
-supervisors, and a background task follows the applications' status so that a missing or
-unhealthy version is skipped at once instead of eating a login's budget.
+supervisors, and a background task follows the applications' status so that a version with
+no supervisor replica to answer (missing, going away, or every replica down) is skipped at
+once instead of eating a login's budget.
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from app.api.game_routes import build_router_api
 from app.api.schemas import SplitInfo, VersionShare
 from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings
-from app.core.offer_routing import OfferRouter, VersionUnavailable
+from app.core.offer_routing import (
+    OfferRouter,
+    VersionHealth,
+    VersionUnavailable,
+    unavailable_reason,
+)
 from app.core.version_split import VersionSplit
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.telemetry import RouterTelemetry
 
 logger = logging.getLogger(__name__)
 
-# Application states in which a version is not tried at all. DEPLOYING is tried: a rolling
-# update keeps serving, and a version that is still starting answers once it is up.
-DOWN_STATES = {"NOT_STARTED", "DEPLOY_FAILED", "UNHEALTHY", "DELETING"}
 STATUS_POLL_S = 2.0
 
 
@@ -47,24 +50,42 @@ class RouterConfig(BaseModel):
     retry_after_s: float = Field(ge=0)
 
 
+def version_health(status: Any, ingress: str) -> dict[str, VersionHealth]:
+    """Serve's status (serve.status()) as each application's status and the RUNNING replicas
+    of its ingress deployment."""
+    health: dict[str, VersionHealth] = {}
+    for name, app in status.applications.items():
+        deployment = app.deployments.get(ingress)
+        replicas = deployment.replica_states if deployment is not None else {}
+        running = sum(n for state, n in replicas.items() if _value(state) == "RUNNING")
+        health[name] = VersionHealth(_value(app.status), running)
+    return health
+
+
+def _value(enum_or_str: Any) -> str:
+    return str(getattr(enum_or_str, "value", enum_or_str))
+
+
 class HandleBackend:
-    """Versions reached through handles to their supervisors, skipped while they are down."""
+    """Versions reached through handles to their supervisors, skipped while none can answer."""
 
     def __init__(self, applications: dict[str, str], ingress: str) -> None:
         self._applications = applications
+        self._ingress = ingress
         self._handles: dict[str, DeploymentHandle[Any]] = {
             version: DeploymentHandle(ingress, app) for version, app in applications.items()
         }
-        # application -> its status, refreshed by follow_status(); unknown until then.
-        self.status: dict[str, str] = {}
+        # application -> its health, refreshed by follow_status(); empty until the first read,
+        # and then every version is tried.
+        self.health: dict[str, VersionHealth] = {}
 
     async def offer(
         self, version: str, payload: dict[str, Any], request_id: str | None
     ) -> dict[str, Any]:
         app = self._applications[version]
-        state = self.status.get(app)
-        if state in DOWN_STATES or (self.status and state is None):
-            raise VersionUnavailable(f"application {app} is {state or 'not deployed'}")
+        why = unavailable_reason(self.health.get(app)) if self.health else None
+        if why is not None:
+            raise VersionUnavailable(f"application {app}: {why}")
         reply: dict[str, Any] = await self._handles[version].route_offer.remote(payload, request_id)
         return reply
 
@@ -72,10 +93,7 @@ class HandleBackend:
         while True:
             try:
                 status = await asyncio.to_thread(serve.status)
-                self.status = {
-                    name: str(app.status.value if hasattr(app.status, "value") else app.status)
-                    for name, app in status.applications.items()
-                }
+                self.health = version_health(status, self._ingress)
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
             await asyncio.sleep(STATUS_POLL_S)

@@ -4,7 +4,13 @@ import asyncio
 
 import pytest
 
-from app.core.offer_routing import OfferRouter, VersionUnavailable
+from app.core.offer_routing import (
+    OfferRouter,
+    VersionHealth,
+    VersionUnavailable,
+    unavailable_reason,
+)
+from app.core.version_breaker import VersionBreaker
 from app.core.version_split import VersionSplit
 
 pytestmark = pytest.mark.unit
@@ -133,3 +139,68 @@ def test_new_weights_apply_to_the_next_login():
     r, _ = router(backend)
     r.split = VersionSplit(GAME, ["stable", "canary"], {"stable": 1, "canary": 0})
     assert route(r).answered == "stable"
+
+
+@pytest.mark.parametrize(
+    ("health", "tried"),
+    [
+        # A replica died and the deployment is not back at its target count: Serve says
+        # UNHEALTHY, but the live replica answers, so the version is tried.
+        (VersionHealth("UNHEALTHY", running=1), True),
+        (VersionHealth("RUNNING", running=2), True),
+        (VersionHealth("DEPLOYING", running=1), True),  # a rolling update keeps serving
+        (VersionHealth("DEPLOY_FAILED", running=1), True),  # the old replicas still answer
+        (VersionHealth("UNHEALTHY", running=0), False),  # every supervisor is down
+        (VersionHealth("DEPLOYING", running=0), False),  # nothing up yet
+        (VersionHealth("DELETING", running=2), False),
+        (VersionHealth("NOT_STARTED", running=0), False),
+        (None, False),  # not deployed
+    ],
+)
+def test_a_version_is_skipped_only_when_no_supervisor_can_answer(health, tried):
+    why = unavailable_reason(health)
+    assert (why is None) is tried
+    if not tried:
+        assert why  # the reason goes into the log and the 503's detail
+
+
+def test_a_version_silent_for_logins_in_a_row_is_skipped_at_once_then_probed():
+    """After every supervisor of a version died, Serve's status says so seconds later; until
+    then each of its logins would wait out the version's share of the budget. After three
+    silent logins in a row the next ones go straight to the other version, flagged."""
+    clock = [0.0]
+    backend = Backend({"canary": "hang", "stable": OK})
+    r = OfferRouter(
+        VersionSplit(GAME, ["stable", "canary"], {"stable": 0, "canary": 1}),
+        backend,
+        budget_ms=200,
+        failover_reserve_ms=150,
+        retry_after_s=2,
+        breaker=VersionBreaker(trip_after=3, open_s=1.0, clock=lambda: clock[0]),
+    )
+    for _ in range(3):
+        assert route(r).body["rerouted_reason"] == "timeout"
+    assert [v for v, _ in backend.calls] == ["canary", "stable"] * 3
+    backend.calls.clear()
+    reply = route(r)
+    assert reply.status == 200 and reply.body["version"] == "stable"
+    assert reply.body["rerouted_reason"] == "timeout"
+    assert [v for v, _ in backend.calls] == ["stable"]  # canary not tried
+    assert backend.calls[0][1] > 150  # and stable got the whole budget, not what was left
+    # A second later one login probes the canary; it is back, and takes its players again.
+    clock[0] += 1.0
+    backend.behaviour["canary"] = OK
+    backend.calls.clear()
+    assert route(r).body["version"] == "canary"
+    assert route(r).body["version"] == "canary"
+    assert [v for v, _ in backend.calls] == ["canary", "canary"]
+
+
+def test_an_overloaded_version_never_trips_the_breaker():
+    backend = Backend(
+        {"canary": {"status": 503, "detail": "busy", "retry_after_s": 1}, "stable": OK}
+    )
+    r, _ = router(backend)
+    for _ in range(10):
+        assert route(r).status == 503
+    assert [v for v, _ in backend.calls] == ["canary"] * 10

@@ -1,0 +1,74 @@
+"""Per version: stop sending logins to a version that keeps failing or staying silent.
+
+The router learns that a version is down from Serve's status (app.serving.router), but only
+once Serve's controller has seen its replicas die and the router's next poll has read it:
+about 4 s after every supervisor of a version was SIGKILLed (make reliability, version_down,
+2026-11-25). Meanwhile every login assigned to it waited out the version's share of the
+budget before another version could answer, and those that could not fit into what was left
+were refused after more than a second. The breaker cuts that to the logins already in flight
+when the version went down.
+
+Closed: every login is tried. After `trip_after` logins in a row failed or timed out, open:
+the version is skipped, flagged with that reason. At most one login per `open_s` is let
+through as a probe while the others keep skipping; the first answer from the version (any
+reply, a 503 included: an overloaded version is up) closes the breaker, and each further
+failure keeps it open. Probes are paced by time, not by their outcome, so a probe whose
+caller went away (cancelled, never reported) cannot keep the version skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Three in a row: one lost login is a replica that died under it (the handle retries on
+# another), three is the version. Cheap to reach: at 30 logins/s in flight, well under 1 s.
+TRIP_AFTER = 3
+# How long a tripped version is skipped before one login probes it. A probe that finds it
+# still down costs that login the version's share of the budget, so about one per second.
+OPEN_S = 1.0
+
+
+@dataclass
+class _State:
+    failures: int = 0  # in a row
+    reason: str | None = None
+    opened_at: float | None = None  # when it tripped or last let a probe through
+
+
+@dataclass
+class VersionBreaker:
+    trip_after: int = TRIP_AFTER
+    open_s: float = OPEN_S
+    clock: Callable[[], float] = time.monotonic
+    _states: dict[str, _State] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.trip_after < 1 or self.open_s <= 0:
+            raise ValueError("trip_after must be >= 1 and open_s > 0")
+
+    def skip_reason(self, version: str) -> str | None:
+        """None: send this login to the version (if the breaker is half-open, this login is
+        the probe). Otherwise why the version is skipped: the reason that tripped it."""
+        state = self._states.get(version)
+        if state is None or state.opened_at is None:
+            return None
+        now = self.clock()
+        if now - state.opened_at < self.open_s:
+            return state.reason
+        state.opened_at = now  # this login is the probe; the next one in open_s
+        return None
+
+    def succeeded(self, version: str) -> None:
+        self._states.pop(version, None)
+
+    def failed(self, version: str, reason: str) -> None:
+        state = self._states.setdefault(version, _State())
+        state.failures += 1
+        state.reason = reason
+        if state.failures >= self.trip_after:
+            state.opened_at = self.clock()
+
+    def open_versions(self) -> list[str]:
+        return sorted(v for v, s in self._states.items() if s.opened_at is not None)

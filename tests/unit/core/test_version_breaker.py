@@ -1,0 +1,72 @@
+"""The per-version breaker: trips on failures in a row, lets one probe through per open_s,
+closes on any answer. Time is a fake clock."""
+
+import pytest
+
+from app.core.version_breaker import VersionBreaker
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def breaker(trip_after=3, open_s=1.0):
+    clock = Clock()
+    return VersionBreaker(trip_after=trip_after, open_s=open_s, clock=clock), clock
+
+
+def test_it_trips_only_on_failures_in_a_row():
+    b, _ = breaker()
+    b.failed("v", "timeout")
+    b.failed("v", "timeout")
+    b.succeeded("v")  # an answer in between: the count starts again
+    b.failed("v", "timeout")
+    b.failed("v", "timeout")
+    assert b.skip_reason("v") is None
+    b.failed("v", "failed")
+    assert b.skip_reason("v") == "failed"  # the reason of the last failure
+    assert b.skip_reason("other") is None  # per version
+    assert b.open_versions() == ["v"]
+
+
+def test_one_probe_per_open_s_and_an_answer_closes_it():
+    b, clock = breaker()
+    for _ in range(3):
+        b.failed("v", "timeout")
+    clock.now += 0.99
+    assert b.skip_reason("v") == "timeout"
+    clock.now += 0.02
+    assert b.skip_reason("v") is None  # the probe
+    assert b.skip_reason("v") == "timeout"  # the others keep skipping meanwhile
+    b.failed("v", "timeout")  # the probe found it still down
+    clock.now += 0.5
+    assert b.skip_reason("v") == "timeout"
+    clock.now += 0.6
+    assert b.skip_reason("v") is None  # the next probe
+    b.succeeded("v")
+    assert [b.skip_reason("v") for _ in range(5)] == [None] * 5
+    assert b.open_versions() == []
+
+
+def test_a_probe_that_never_reports_does_not_keep_the_version_skipped():
+    """A probe whose caller went away (cancelled) reports nothing; the next probe comes
+    open_s later all the same."""
+    b, clock = breaker()
+    for _ in range(3):
+        b.failed("v", "timeout")
+    clock.now += 1.0
+    assert b.skip_reason("v") is None  # probe, never reported
+    clock.now += 1.0
+    assert b.skip_reason("v") is None  # another
+
+
+@pytest.mark.parametrize(("trip_after", "open_s"), [(0, 1.0), (3, 0.0)])
+def test_nonsense_settings_are_refused(trip_after, open_s):
+    with pytest.raises(ValueError):
+        VersionBreaker(trip_after=trip_after, open_s=open_s)

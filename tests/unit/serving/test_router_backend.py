@@ -1,0 +1,105 @@
+"""The router's view of its versions: Serve's status read as supervisor replicas that can
+answer, and a version with none skipped without a call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from ray.serve._private.common import DeploymentStatus, DeploymentStatusTrigger, ReplicaState
+from ray.serve.schema import (
+    ApplicationStatus,
+    ApplicationStatusOverview,
+    DeploymentStatusOverview,
+    ServeStatus,
+)
+
+from app.core.offer_routing import VersionHealth, VersionUnavailable
+from app.serving.router import HandleBackend, version_health
+
+pytestmark = pytest.mark.unit
+
+INGRESS = "supervisor"
+
+
+def deployment(status: DeploymentStatus, **replicas: int) -> DeploymentStatusOverview:
+    return DeploymentStatusOverview(
+        status=status,
+        status_trigger=DeploymentStatusTrigger.UNSPECIFIED,
+        replica_states={ReplicaState(k): n for k, n in replicas.items()},
+        message="",
+    )
+
+
+def application(status: ApplicationStatus, **deployments) -> ApplicationStatusOverview:
+    return ApplicationStatusOverview(
+        status=status, message="", last_deployed_time_s=0.0, deployments=deployments
+    )
+
+
+def test_serve_status_is_read_as_running_supervisor_replicas():
+    status = ServeStatus(
+        applications={
+            # One of three supervisors killed, the third not placeable: UNHEALTHY, 1 running.
+            "g-2026-11": application(
+                ApplicationStatus.UNHEALTHY,
+                supervisor=deployment(DeploymentStatus.UNHEALTHY, RUNNING=1, STARTING=1),
+            ),
+            "g-2026-10": application(
+                ApplicationStatus.RUNNING,
+                supervisor=deployment(DeploymentStatus.HEALTHY, RUNNING=2),
+                **{"member-group-0": deployment(DeploymentStatus.HEALTHY, RUNNING=5)},
+            ),
+            "g-router": application(
+                ApplicationStatus.RUNNING, router=deployment(DeploymentStatus.HEALTHY, RUNNING=1)
+            ),
+        }
+    )
+    assert version_health(status, INGRESS) == {
+        "g-2026-11": VersionHealth("UNHEALTHY", 1),
+        "g-2026-10": VersionHealth("RUNNING", 2),
+        "g-router": VersionHealth("RUNNING", 0),
+    }
+
+
+class Handle:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.route_offer = self
+
+    async def remote(self, payload, request_id):
+        self.calls += 1
+        return {"status": 200, "body": {"ok": True}}
+
+
+def backend(health: dict[str, VersionHealth]) -> tuple[HandleBackend, Handle]:
+    b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS)
+    handle = Handle()
+    b._handles["2026-11"] = handle  # type: ignore[assignment]
+    b.health = health
+    return b, handle
+
+
+@pytest.mark.parametrize(
+    "health",
+    [{}, {"g-2026-11": VersionHealth("UNHEALTHY", 1)}, {"g-2026-11": VersionHealth("RUNNING", 2)}],
+    ids=["status-not-read-yet", "unhealthy-with-a-live-replica", "running"],
+)
+def test_a_version_with_a_live_supervisor_is_called(health):
+    b, handle = backend(health)
+    reply = asyncio.run(b.offer("2026-11", {}, None))
+    assert reply["status"] == 200 and handle.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("health", "said"),
+    [
+        ({"g-2026-11": VersionHealth("UNHEALTHY", 0)}, "UNHEALTHY with no running replica"),
+        ({"g-2026-10": VersionHealth("RUNNING", 2)}, "not deployed"),
+    ],
+)
+def test_a_version_with_no_supervisor_is_skipped_without_a_call(health, said):
+    b, handle = backend(health)
+    with pytest.raises(VersionUnavailable, match=said):
+        asyncio.run(b.offer("2026-11", {}, None))
+    assert handle.calls == 0
