@@ -129,16 +129,19 @@ class OfferRouter:
         self._problems.tick()
         split = self.split  # one split per login, even if the weights change meanwhile
         assigned = split.assign(str(payload["player_id"]))
-        order = [assigned, *split.alternatives(assigned)]
         reason: str | None = None
-        for i, version in enumerate(order):
+        order: list[str] = []
+        for version in [assigned, *split.alternatives(assigned)]:
             skipped = self._breaker.skip_reason(version)
-            if skipped is not None:
-                # It failed or stayed silent for the last logins: do not spend this one's
-                # budget finding out again (app.core.version_breaker).
-                reason = reason or skipped
-                self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
+            if skipped is None:
+                order.append(version)
                 continue
+            # It failed or stayed silent for the last logins: do not spend this one's budget
+            # finding out again, nor keep a reserve for it (app.core.version_breaker).
+            if version == assigned:
+                reason = skipped
+            self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
+        for i, version in enumerate(order):
             left_ms = deadline.remaining_s() * 1000.0
             # Keep a reserve for the next version unless this is the last one to try.
             give_ms = left_ms if i == len(order) - 1 else left_ms - self._reserve_ms
@@ -155,11 +158,18 @@ class OfferRouter:
                 )
             except VersionUnavailable as exc:
                 reason = reason or "unavailable"
+                # Counted like a failure: once Serve's status says the version is down, the
+                # logins the breaker skips are flagged with that, not with what tripped it.
+                self._breaker.failed(version, "unavailable")
                 self._problems.record(f"{version}: unavailable", str(exc))
                 continue
             except TimeoutError:
                 reason = reason or "timeout"
-                self._breaker.failed(version, "timeout")
+                # Only a version silent for a fair share of a budget is suspect: under load a
+                # login with little left (a tight caller deadline, a long edge queue) times out
+                # on a healthy version, and counting it could trip the busiest one.
+                if give_ms >= (self._budget_ms - self._reserve_ms) / 2:
+                    self._breaker.failed(version, "timeout")
                 self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
                 continue
             except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next

@@ -8,12 +8,14 @@ budget before another version could answer, and those that could not fit into wh
 were refused after more than a second. The breaker cuts that to the logins already in flight
 when the version went down.
 
-Closed: every login is tried. After `trip_after` logins in a row failed or timed out, open:
-the version is skipped, flagged with that reason. At most one login per `open_s` is let
-through as a probe while the others keep skipping; the first answer from the version (any
-reply, a 503 included: an overloaded version is up) closes the breaker, and each further
-failure keeps it open. Probes are paced by time, not by their outcome, so a probe whose
-caller went away (cancelled, never reported) cannot keep the version skipped.
+Closed: every login is tried. After `trip_after` logins in a row failed, timed out or found
+it unavailable (Serve's status), with nothing answered from the version for `quiet_s`, open:
+the version is skipped, flagged with the reason of the latest failure. The first login after
+`open_s` goes through as a probe while the others keep skipping; the first answer from the
+version (any reply, a 503 included: an overloaded version is up) closes the breaker, and a
+failure opens it again for `open_s` (a silent version is probed about every open_s plus its
+share of the budget). Probes are paced by time, not by their outcome, so a probe whose caller
+went away (cancelled, never reported) cannot keep the version skipped.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-# Three in a row: one lost login is a replica that died under it (the handle retries on
-# another), three is the version. Cheap to reach: at 30 logins/s in flight, well under 1 s.
+# Three in a row, with no answer from the version for QUIET_S: the logins one dead replica
+# held all fail at the same moment (the handle does not resend a request a replica had
+# accepted) while its other replicas keep answering, and that must not trip the version.
 TRIP_AFTER = 3
+QUIET_S = 0.5
 # How long a tripped version is skipped before one login probes it. A probe that finds it
 # still down costs that login the version's share of the budget, so about one per second.
 OPEN_S = 1.0
@@ -41,16 +45,18 @@ class _State:
 class VersionBreaker:
     trip_after: int = TRIP_AFTER
     open_s: float = OPEN_S
+    quiet_s: float = QUIET_S
     clock: Callable[[], float] = time.monotonic
     _states: dict[str, _State] = field(default_factory=dict)
+    _answered_at: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.trip_after < 1 or self.open_s <= 0:
-            raise ValueError("trip_after must be >= 1 and open_s > 0")
+        if self.trip_after < 1 or self.open_s <= 0 or self.quiet_s < 0:
+            raise ValueError("trip_after must be >= 1, open_s > 0 and quiet_s >= 0")
 
     def skip_reason(self, version: str) -> str | None:
-        """None: send this login to the version (if the breaker is half-open, this login is
-        the probe). Otherwise why the version is skipped: the reason that tripped it."""
+        """None: send this login to the version (if the breaker is open, this login is the
+        probe). Otherwise why the version is skipped: the reason of its latest failure."""
         state = self._states.get(version)
         if state is None or state.opened_at is None:
             return None
@@ -62,13 +68,16 @@ class VersionBreaker:
 
     def succeeded(self, version: str) -> None:
         self._states.pop(version, None)
+        self._answered_at[version] = self.clock()
 
     def failed(self, version: str, reason: str) -> None:
         state = self._states.setdefault(version, _State())
         state.failures += 1
         state.reason = reason
-        if state.failures >= self.trip_after:
-            state.opened_at = self.clock()
+        now = self.clock()
+        quiet = now - self._answered_at.get(version, float("-inf")) >= self.quiet_s
+        if state.failures >= self.trip_after and quiet:
+            state.opened_at = now
 
     def open_versions(self) -> list[str]:
         return sorted(v for v, s in self._states.items() if s.opened_at is not None)

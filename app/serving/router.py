@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
+from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
 from app.api.game_routes import build_router_api
@@ -86,7 +87,18 @@ class HandleBackend:
         why = unavailable_reason(self.health.get(app)) if self.health else None
         if why is not None:
             raise VersionUnavailable(f"application {app}: {why}")
-        reply: dict[str, Any] = await self._handles[version].route_offer.remote(payload, request_id)
+        try:
+            reply: dict[str, Any] = await self._handles[version].route_offer.remote(
+                payload, request_id
+            )
+        except BackPressureError as exc:
+            # The version's replicas and queues are full: overloaded, not down. Refused like
+            # a supervisor's own 503, so the router neither spills it onto another version
+            # nor counts it against the version (app.core.version_breaker).
+            refusal: dict[str, Any] = {"status": 503, "detail": f"version {version} overloaded"}
+            if exc.retry_after_s is not None:
+                refusal["retry_after_s"] = exc.retry_after_s
+            return refusal
         return reply
 
     async def follow_status(self) -> None:

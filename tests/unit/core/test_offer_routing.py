@@ -36,7 +36,7 @@ class Backend:
         return {**what, "body": {**what["body"], "version": version}} if "body" in what else what
 
 
-def router(backend, weights=None, budget_ms=400, reserve_ms=150):
+def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None):
     routed = []
     split = VersionSplit(GAME, ["stable", "canary"], weights or {"stable": 0, "canary": 1})
     r = OfferRouter(
@@ -46,6 +46,7 @@ def router(backend, weights=None, budget_ms=400, reserve_ms=150):
         failover_reserve_ms=reserve_ms,
         retry_after_s=2,
         on_routed=lambda *a: routed.append(a),
+        breaker=breaker,
     )
     return r, routed
 
@@ -170,12 +171,10 @@ def test_a_version_silent_for_logins_in_a_row_is_skipped_at_once_then_probed():
     silent logins in a row the next ones go straight to the other version, flagged."""
     clock = [0.0]
     backend = Backend({"canary": "hang", "stable": OK})
-    r = OfferRouter(
-        VersionSplit(GAME, ["stable", "canary"], {"stable": 0, "canary": 1}),
+    r, _ = router(
         backend,
         budget_ms=200,
-        failover_reserve_ms=150,
-        retry_after_s=2,
+        reserve_ms=150,
         breaker=VersionBreaker(trip_after=3, open_s=1.0, clock=lambda: clock[0]),
     )
     for _ in range(3):
@@ -204,3 +203,49 @@ def test_an_overloaded_version_never_trips_the_breaker():
     for _ in range(10):
         assert route(r).status == 503
     assert [v for v, _ in backend.calls] == ["canary"] * 10
+
+
+def test_once_the_status_says_a_tripped_version_is_down_its_skips_say_unavailable():
+    """The breaker tripped on failures (a version being deleted fails its last calls); the
+    probe then finds Serve's status saying the version is gone, and the logins skipped from
+    then on are flagged `unavailable`, not `failed`."""
+    clock = [0.0]
+    backend = Backend({"canary": RuntimeError("replica stopping"), "stable": OK})
+    r, _ = router(
+        backend,
+        budget_ms=400,
+        reserve_ms=150,
+        breaker=VersionBreaker(trip_after=3, open_s=1.0, clock=lambda: clock[0]),
+    )
+    assert [route(r).body["rerouted_reason"] for _ in range(4)] == ["failed"] * 4
+    backend.behaviour["canary"] = VersionUnavailable("deleted")
+    clock[0] += 1.0
+    assert route(r).body["rerouted_reason"] == "unavailable"  # the probe
+    backend.calls.clear()
+    assert route(r).body["rerouted_reason"] == "unavailable"  # skipped, flagged as it is now
+    assert [v for v, _ in backend.calls] == ["stable"]
+
+
+def test_timeouts_of_logins_with_little_budget_left_do_not_trip_a_version():
+    """Under load, logins that arrive with a tight caller deadline time out on a healthy
+    version; that must not send the version's players elsewhere."""
+    backend = Backend({"canary": "hang", "stable": OK})
+    r, _ = router(backend, budget_ms=400, reserve_ms=150)
+    for _ in range(5):
+        asyncio.run(r.route({"player_id": "p1", "game": GAME, "deadline_ms": 200}, None))
+    backend.behaviour["canary"] = OK
+    backend.calls.clear()
+    assert route(r).body["version"] == "canary"  # still tried first
+    assert backend.calls[0][0] == "canary"
+
+
+def test_an_alternative_whose_breaker_is_open_gets_no_reserve():
+    """With the other version skipped, the assigned one gets the whole budget."""
+    clock = [0.0]
+    backend = Backend({"canary": OK, "stable": OK})
+    breaker = VersionBreaker(trip_after=1, open_s=10.0, clock=lambda: clock[0])
+    breaker.failed("stable", "timeout")
+    r, _ = router(backend, budget_ms=400, reserve_ms=150, breaker=breaker)
+    reply = route(r)
+    assert reply.status == 200 and reply.body["rerouted_reason"] is None
+    assert backend.calls == [("canary", backend.calls[0][1])] and backend.calls[0][1] > 350

@@ -22,10 +22,11 @@ def breaker(trip_after=3, open_s=1.0):
 
 
 def test_it_trips_only_on_failures_in_a_row():
-    b, _ = breaker()
+    b, clock = breaker()
     b.failed("v", "timeout")
     b.failed("v", "timeout")
     b.succeeded("v")  # an answer in between: the count starts again
+    clock.now += 0.5
     b.failed("v", "timeout")
     b.failed("v", "timeout")
     assert b.skip_reason("v") is None
@@ -64,6 +65,20 @@ def test_a_probe_that_never_reports_does_not_keep_the_version_skipped():
     assert b.skip_reason("v") is None  # probe, never reported
     clock.now += 1.0
     assert b.skip_reason("v") is None  # another
+
+
+def test_failures_while_the_version_still_answers_do_not_trip_it():
+    """One dead replica fails every login it held at once, while the version's other
+    replicas answer: not the version being down."""
+    b, clock = breaker()
+    b.succeeded("v")
+    clock.now += 0.1
+    for _ in range(5):
+        b.failed("v", "failed")
+    assert b.skip_reason("v") is None
+    clock.now += 0.4  # nothing answered for quiet_s: the next failure trips it
+    b.failed("v", "failed")
+    assert b.skip_reason("v") == "failed"
 
 
 @pytest.mark.parametrize(("trip_after", "open_s"), [(0, 1.0), (3, 0.0)])

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from ray.serve._private.common import DeploymentStatus, DeploymentStatusTrigger, ReplicaState
+from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import (
     ApplicationStatus,
     ApplicationStatusOverview,
@@ -63,12 +64,15 @@ def test_serve_status_is_read_as_running_supervisor_replicas():
 
 
 class Handle:
-    def __init__(self) -> None:
+    def __init__(self, raises: Exception | None = None) -> None:
         self.calls = 0
         self.route_offer = self
+        self.raises = raises
 
     async def remote(self, payload, request_id):
         self.calls += 1
+        if self.raises is not None:
+            raise self.raises
         return {"status": 200, "body": {"ok": True}}
 
 
@@ -103,3 +107,14 @@ def test_a_version_with_no_supervisor_is_skipped_without_a_call(health, said):
     with pytest.raises(VersionUnavailable, match=said):
         asyncio.run(b.offer("2026-11", {}, None))
     assert handle.calls == 0
+
+
+def test_a_full_handle_queue_is_an_overload_refusal_not_a_failure():
+    """Serve's BackPressureError (the version's replicas and queues are full) comes back as
+    a 503, which the router neither spills onto another version nor counts against it."""
+    b, _ = backend({"g-2026-11": VersionHealth("RUNNING", 2)})
+    b._handles["2026-11"] = Handle(
+        BackPressureError(num_queued_requests=64, max_queued_requests=64)
+    )  # type: ignore[assignment]
+    reply = asyncio.run(b.offer("2026-11", {}, None))
+    assert reply["status"] == 503 and "overloaded" in reply["detail"]
