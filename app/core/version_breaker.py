@@ -78,6 +78,3 @@ class VersionBreaker:
         quiet = now - self._answered_at.get(version, float("-inf")) >= self.quiet_s
         if state.failures >= self.trip_after and quiet:
             state.opened_at = now
-
-    def open_versions(self) -> list[str]:
-        return sorted(v for v, s in self._states.items() if s.opened_at is not None)
