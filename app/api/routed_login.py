@@ -2,8 +2,8 @@
 
 The router already checked the API key and the body; the version still applies its own
 admission gate and budget, and answers the way its HTTP route would, as a plain dict that
-crosses the handle: `{"status": 200, "body": <OfferResponse>}` or a refusal
-`{"status": 503 | 404, "detail": ..., "retry_after_s": ...}`.
+crosses the handle: `{"status": 200, "body": <OfferResponse>, "max_in_flight": ...}` or a
+refusal `{"status": 503 | 404, "detail": ..., "retry_after_s": ..., ...}`.
 """
 
 from __future__ import annotations
@@ -26,16 +26,36 @@ async def answer_routed_login(
     request_id: str | None,
     retry_after_s: float,
 ) -> dict[str, Any]:
-    """One routed login's reply; `payload["deadline_ms"]` is what is left of its budget."""
+    """One routed login's reply; `payload["deadline_ms"]` is what is left of its budget.
+
+    Every reply carries the replica's admission bound (`max_in_flight`), and a refusal by the
+    gate says so (`replica_full`): the router learns from them how many logins the version
+    takes, and whether another replica may still have room (app.core.version_load)."""
+    bound = gate.max_in_flight
     if not gate.try_enter():
-        return {"status": 503, "detail": OVERLOADED, "retry_after_s": retry_after_s}
+        return {
+            "status": 503,
+            "detail": OVERLOADED,
+            "retry_after_s": retry_after_s,
+            "replica_full": True,
+            "max_in_flight": bound,
+        }
     try:
         body = OfferRequest.model_validate(payload)
         answer = await service.recommend(to_query(body, request_id))
     except BudgetSpentBeforeStart as exc:
-        return {"status": 503, "detail": str(exc), "retry_after_s": retry_after_s}
+        return {
+            "status": 503,
+            "detail": str(exc),
+            "retry_after_s": retry_after_s,
+            "max_in_flight": bound,
+        }
     except UnknownGame:
         return {"status": 404, "detail": f"game {payload.get('game')!r} is not served here"}
     finally:
         gate.leave()
-    return {"status": 200, "body": to_response(answer).model_dump(mode="json")}
+    return {
+        "status": 200,
+        "body": to_response(answer).model_dump(mode="json"),
+        "max_in_flight": bound,
+    }

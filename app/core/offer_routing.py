@@ -5,8 +5,10 @@ forwards the login with what is left of its budget, and if that version's applic
 missing, not running, failing or silent, tries the next one while budget remains, flagging
 the answer (`rerouted_reason`). A version that failed or stayed silent for several logins in
 a row is skipped for a while (app.core.version_breaker). A version that refuses because it is
-overloaded (503) is not bypassed: its load would only overload the next one. When no version
-can answer, the caller gets a fast 503 with Retry-After, never a 5xx of another kind.
+overloaded (503) is not bypassed: its load would only overload the next one; the router refuses
+by itself a login for a version it already fills, and tries a version once more when only one
+of its supervisors was full (app.core.version_load). When no version can answer, the caller
+gets a fast 503 with Retry-After, never a 5xx of another kind.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from app.core.admission import OVERLOADED_DETAIL
 from app.core.deadline import Deadline
 from app.core.tally_log import TallyLog
 from app.core.version_breaker import VersionBreaker
+from app.core.version_load import VersionLoad
 from app.core.version_split import VersionSplit
 
 logger = logging.getLogger(__name__)
@@ -30,6 +34,9 @@ MIN_ATTEMPT_MS = 20.0
 # How long past the budget it gave a version the router still waits for its reply (the
 # version answers by its deadline; this covers the hop back).
 REPLY_GRACE_S = 0.05
+# How many more times a login refused by one full supervisor is sent to the same version while
+# the version has room (app.core.version_load): Serve's handle can pick the full one again.
+FULL_REPLICA_RETRIES = 2
 
 
 class VersionUnavailable(RuntimeError):
@@ -98,9 +105,11 @@ class OfferRouter:
         retry_after_s: float,
         on_routed: Callable[[str, str, str], None] | None = None,
         breaker: VersionBreaker | None = None,
+        load: VersionLoad | None = None,
     ) -> None:
         self._backend = backend
         self._breaker = breaker or VersionBreaker()
+        self._load = load or VersionLoad()
         self.configure(split, budget_ms=budget_ms, failover_reserve_ms=failover_reserve_ms)
         self._retry_after_s = retry_after_s
         self._on_routed = on_routed or (lambda assigned, answered, reason: None)
@@ -141,42 +150,28 @@ class OfferRouter:
             if version == assigned:
                 reason = skipped
             self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
-        for i, version in enumerate(order):
+        retries = 0
+        i = 0
+        while i < len(order):
+            version = order[i]
+            last = i == len(order) - 1
             left_ms = deadline.remaining_s() * 1000.0
             # Keep a reserve for the next version unless this is the last one to try.
-            give_ms = left_ms if i == len(order) - 1 else left_ms - self._reserve_ms
+            give_ms = left_ms if last else left_ms - self._reserve_ms
             if give_ms < MIN_ATTEMPT_MS:
-                if i == len(order) - 1 or left_ms < MIN_ATTEMPT_MS:
+                if last or left_ms < MIN_ATTEMPT_MS:
                     break
                 give_ms = left_ms
-            try:
-                reply = await asyncio.wait_for(
-                    self._backend.offer(
-                        version, {**payload, "deadline_ms": int(give_ms)}, request_id
-                    ),
-                    timeout=give_ms / 1000.0 + REPLY_GRACE_S,
-                )
-            except VersionUnavailable as exc:
-                reason = reason or "unavailable"
-                # Counted like a failure: once Serve's status says the version is down, the
-                # logins the breaker skips are flagged with that, not with what tripped it.
-                self._breaker.failed(version, "unavailable")
-                self._problems.record(f"{version}: unavailable", str(exc))
+            if self._load.full(version):
+                # This router already holds every login the version's supervisors admit:
+                # the supervisor would refuse this one too, only later (app.core.version_load).
+                return self._refused(assigned, reason, OVERLOADED_DETAIL, self._retry_after_s)
+            reply = await self._call(version, give_ms, payload, request_id)
+            if isinstance(reply, str):
+                reason = reason or reply
+                i += 1
                 continue
-            except TimeoutError:
-                reason = reason or "timeout"
-                # Only a version silent for a fair share of a budget is suspect: under load a
-                # login with little left (a tight caller deadline, a long edge queue) times out
-                # on a healthy version, and counting it could trip the busiest one.
-                if give_ms >= (self._budget_ms - self._reserve_ms) / 2:
-                    self._breaker.failed(version, "timeout")
-                self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
-                continue
-            except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
-                reason = reason or "failed"
-                self._breaker.failed(version, "failed")
-                self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
-                continue
+            self._load.learn(version, reply)
             status = int(reply.get("status", 500))
             if status in (200, 503):
                 self._breaker.succeeded(version)  # it answered: up, if perhaps overloaded
@@ -190,17 +185,20 @@ class OfferRouter:
                 self._on_routed(assigned, version, why or "none")
                 return RoutedReply(200, assigned, version, why, body=body)
             if status == 503:
+                if retries < FULL_REPLICA_RETRIES and self._load.worth_retrying(version, reply):
+                    # One supervisor was full while the version had room on another.
+                    retries += 1
+                    continue
                 # Overloaded (or out of budget): back off rather than spill onto the others.
-                self._on_routed(assigned, "none", "refused")
-                return RoutedReply(
-                    503,
+                return self._refused(
                     assigned,
-                    reason=reason,
-                    detail=str(reply.get("detail", "overloaded")),
-                    retry_after_s=float(reply.get("retry_after_s", self._retry_after_s)),
+                    reason,
+                    str(reply.get("detail", "overloaded")),
+                    float(reply.get("retry_after_s", self._retry_after_s)),
                 )
             reason = reason or "failed"
             self._problems.record(f"{version}: status {status}", str(reply.get("detail")))
+            i += 1
         self._on_routed(assigned, "none", reason or "timeout")
         return RoutedReply(
             503,
@@ -209,6 +207,46 @@ class OfferRouter:
             detail=f"no version of {split.game} could answer in time "
             f"(assigned {assigned}: {reason or 'timeout'})",
             retry_after_s=self._retry_after_s,
+        )
+
+    async def _call(
+        self, version: str, give_ms: float, payload: dict[str, Any], request_id: str | None
+    ) -> dict[str, Any] | str:
+        """The version's reply, or why there is none (unavailable | timeout | failed), with
+        the breaker and the problem log told."""
+        self._load.enter(version)
+        try:
+            return await asyncio.wait_for(
+                self._backend.offer(version, {**payload, "deadline_ms": int(give_ms)}, request_id),
+                timeout=give_ms / 1000.0 + REPLY_GRACE_S,
+            )
+        except VersionUnavailable as exc:
+            # Counted like a failure: once Serve's status says the version is down, the
+            # logins the breaker skips are flagged with that, not with what tripped it.
+            self._breaker.failed(version, "unavailable")
+            self._problems.record(f"{version}: unavailable", str(exc))
+            return "unavailable"
+        except TimeoutError:
+            # Only a version silent for a fair share of a budget is suspect: under load a
+            # login with little left (a tight caller deadline, a long edge queue) times out
+            # on a healthy version, and counting it could trip the busiest one.
+            if give_ms >= (self._budget_ms - self._reserve_ms) / 2:
+                self._breaker.failed(version, "timeout")
+            self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
+            return "timeout"
+        except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
+            self._breaker.failed(version, "failed")
+            self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
+            return "failed"
+        finally:
+            self._load.leave(version)
+
+    def _refused(
+        self, assigned: str, reason: str | None, detail: str, retry_after_s: float
+    ) -> RoutedReply:
+        self._on_routed(assigned, "none", "refused")
+        return RoutedReply(
+            503, assigned, reason=reason, detail=detail, retry_after_s=retry_after_s
         )
 
     def close(self) -> None:

@@ -4,7 +4,9 @@ Thin Serve wrapper around app.core.offer_routing.OfferRouter: version weights ar
 user_config (reconfigure), versions are reached through handles to their applications'
 supervisors, and a background task follows the applications' status so that a version with
 no supervisor replica to answer (missing, going away, or every replica down) is skipped at
-once instead of eating a login's budget.
+once instead of eating a login's budget. The same status gives each version's running
+supervisors and the router's own replicas, from which the router knows how many logins a
+version can take from it (app.core.version_load).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from app.core.offer_routing import (
     VersionUnavailable,
     unavailable_reason,
 )
+from app.core.version_load import VersionLoad
 from app.core.version_split import VersionSplit
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.telemetry import RouterTelemetry
@@ -54,13 +57,18 @@ class RouterConfig(BaseModel):
 def version_health(status: Any, ingress: str) -> dict[str, VersionHealth]:
     """Serve's status (serve.status()) as each application's status and the RUNNING replicas
     of its ingress deployment."""
-    health: dict[str, VersionHealth] = {}
-    for name, app in status.applications.items():
-        deployment = app.deployments.get(ingress)
-        replicas = deployment.replica_states if deployment is not None else {}
-        running = sum(n for state, n in replicas.items() if _value(state) == "RUNNING")
-        health[name] = VersionHealth(_value(app.status), running)
-    return health
+    return {
+        name: VersionHealth(_value(app.status), running_replicas(status, name, ingress))
+        for name, app in status.applications.items()
+    }
+
+
+def running_replicas(status: Any, application: str, deployment: str) -> int:
+    """RUNNING replicas of one deployment in Serve's status (0 if it is not there)."""
+    app = status.applications.get(application)
+    found = app.deployments.get(deployment) if app is not None else None
+    replicas = found.replica_states if found is not None else {}
+    return sum(n for state, n in replicas.items() if _value(state) == "RUNNING")
 
 
 def _value(enum_or_str: Any) -> str:
@@ -70,9 +78,14 @@ def _value(enum_or_str: Any) -> str:
 class HandleBackend:
     """Versions reached through handles to their supervisors, skipped while none can answer."""
 
-    def __init__(self, applications: dict[str, str], ingress: str) -> None:
+    def __init__(
+        self, applications: dict[str, str], ingress: str, own: tuple[str, str] | None = None
+    ) -> None:
         self._applications = applications
         self._ingress = ingress
+        # (application, deployment) of the router itself: its replicas share the versions.
+        self._own = own
+        self.routers = 1
         self._handles: dict[str, DeploymentHandle[Any]] = {
             version: DeploymentHandle(ingress, app) for version, app in applications.items()
         }
@@ -101,11 +114,18 @@ class HandleBackend:
             return refusal
         return reply
 
+    def replicas(self, version: str) -> int | None:
+        """The version's running supervisor replicas, as last read (None: not read yet)."""
+        health = self.health.get(self._applications[version])
+        return health.running if health is not None else None
+
     async def follow_status(self) -> None:
         while True:
             try:
                 status = await asyncio.to_thread(serve.status)
                 self.health = version_health(status, self._ingress)
+                if self._own is not None:
+                    self.routers = max(1, running_replicas(status, *self._own))
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
             await asyncio.sleep(STATUS_POLL_S)
@@ -121,7 +141,11 @@ class VersionRouter:
         self._knobs = config.knobs
         self._knobs_rejected: str | None = None
         telemetry = RouterTelemetry(config.game)
-        self._backend = HandleBackend(dict(config.applications), config.ingress_deployment)
+        me = serve.get_replica_context().replica_id.deployment_id
+        self._backend = HandleBackend(
+            dict(config.applications), config.ingress_deployment, own=(me.app_name, me.name)
+        )
+        backend = self._backend
         self._router = OfferRouter(
             VersionSplit(config.game, self._versions, config.knobs.weights),
             self._backend,
@@ -129,6 +153,7 @@ class VersionRouter:
             failover_reserve_ms=config.knobs.failover_reserve_ms,
             retry_after_s=config.retry_after_s,
             on_routed=telemetry.routed,
+            load=VersionLoad(backend.replicas, lambda: backend.routers),
         )
         self._api_key_sha256 = get_settings().api_key_sha256
         self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())

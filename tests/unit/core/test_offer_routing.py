@@ -5,12 +5,14 @@ import asyncio
 import pytest
 
 from app.core.offer_routing import (
+    FULL_REPLICA_RETRIES,
     OfferRouter,
     VersionHealth,
     VersionUnavailable,
     unavailable_reason,
 )
 from app.core.version_breaker import VersionBreaker
+from app.core.version_load import VersionLoad
 from app.core.version_split import VersionSplit
 
 pytestmark = pytest.mark.unit
@@ -20,7 +22,8 @@ OK = {"status": 200, "body": {"offer": "x", "personalized": True}}
 
 
 class Backend:
-    """Each version's behaviour: a reply dict, an exception to raise, or "hang"."""
+    """Each version's behaviour: a reply dict, an exception to raise, or "hang"; a list of
+    those is one per call, in order; an asyncio.Event is waited on, then answers OK."""
 
     def __init__(self, behaviour):
         self.behaviour = behaviour
@@ -29,6 +32,11 @@ class Backend:
     async def offer(self, version, payload, request_id):
         self.calls.append((version, payload["deadline_ms"]))
         what = self.behaviour[version]
+        if isinstance(what, list):
+            what = what.pop(0)
+        if isinstance(what, asyncio.Event):
+            await what.wait()
+            what = OK
         if what == "hang":
             await asyncio.sleep(60)
         if isinstance(what, Exception):
@@ -36,7 +44,7 @@ class Backend:
         return {**what, "body": {**what["body"], "version": version}} if "body" in what else what
 
 
-def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None):
+def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None, load=None):
     routed = []
     split = VersionSplit(GAME, ["stable", "canary"], weights or {"stable": 0, "canary": 1})
     r = OfferRouter(
@@ -47,6 +55,7 @@ def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None):
         retry_after_s=2,
         on_routed=lambda *a: routed.append(a),
         breaker=breaker,
+        load=load,
     )
     return r, routed
 
@@ -249,3 +258,60 @@ def test_an_alternative_whose_breaker_is_open_gets_no_reserve():
     reply = route(r)
     assert reply.status == 200 and reply.body["rerouted_reason"] is None
     assert backend.calls == [("canary", backend.calls[0][1])] and backend.calls[0][1] > 350
+
+
+FULL = {"status": 503, "detail": "overloaded", "retry_after_s": 3, "replica_full": True}
+
+
+def known_load(replicas=2, bound=16):
+    """A router that has read the canary's running supervisors and their bound."""
+    load = VersionLoad(lambda version: replicas)
+    load.learn("canary", {"status": 200, "max_in_flight": bound})
+    return load
+
+
+def test_a_full_supervisor_while_the_version_has_room_is_tried_once_more():
+    backend = Backend({"canary": [FULL, OK], "stable": OK})
+    r, routed = router(backend, load=known_load())
+    reply = route(r)
+    assert reply.status == 200 and reply.answered == "canary" and reply.reason is None
+    assert [version for version, _ in backend.calls] == ["canary", "canary"]
+    assert routed == [("canary", "canary", "none")]
+
+
+def test_full_supervisors_past_the_retries_are_a_refusal_not_a_spill():
+    tries = 1 + FULL_REPLICA_RETRIES
+    backend = Backend({"canary": [FULL] * tries + [OK], "stable": OK})
+    r, routed = router(backend, load=known_load())
+    reply = route(r)
+    assert reply.status == 503 and reply.retry_after_s == 3
+    assert [version for version, _ in backend.calls] == ["canary"] * tries
+    assert routed == [("canary", "none", "refused")]
+
+
+def test_a_full_supervisor_is_not_retried_before_the_versions_room_is_known():
+    backend = Backend({"canary": [FULL, OK], "stable": OK})
+    r, _ = router(backend, load=VersionLoad(lambda version: None))
+    assert route(r).status == 503 and len(backend.calls) == 1
+
+
+def test_a_version_the_router_already_fills_is_refused_without_a_call():
+    gate = asyncio.Event()
+    backend = Backend({"canary": gate, "stable": OK})
+    r, routed = router(backend, load=known_load(replicas=1, bound=2))
+
+    async def three_logins():
+        first = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        second = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        for _ in range(10):  # a few turns of the loop: both reach the canary and wait there
+            await asyncio.sleep(0)
+        assert len(backend.calls) == 2
+        third = await r.route({"player_id": "p1", "game": GAME}, None)
+        assert len(backend.calls) == 2  # the third never reached the version
+        gate.set()
+        return [await first, await second, third]
+
+    replies = asyncio.run(three_logins())
+    assert [reply.status for reply in replies] == [200, 200, 503]
+    assert replies[2].retry_after_s == 2 and "overloaded" in (replies[2].detail or "")
+    assert routed.count(("canary", "none", "refused")) == 1

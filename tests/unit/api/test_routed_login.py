@@ -1,0 +1,51 @@
+"""A login from the game's router, as a version answers it over the handle."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from app.api.routed_login import answer_routed_login
+from app.core.admission import AdmissionGate
+from app.core.fanout import Fanout
+from app.core.offer_service import OfferService
+from tests.support import FakeFeatureStore, FakeMember, small_manifest
+
+pytestmark = pytest.mark.unit
+
+
+def service():
+    manifest = small_manifest(weights=(1.0,))
+    store = FakeFeatureStore(manifest.feature_schema, {"p1": {"level": 5, "platform": "ios"}})
+    member = FakeMember("m0", 1.0, lambda m: np.full(m.shape[0], 0.1))
+    return OfferService(manifest, store, Fanout([member]), request_budget_ms=500, quorum=0.5)
+
+
+def answer(gate, payload=None):
+    payload = payload or {"player_id": "p1", "game": "test-game", "deadline_ms": 400}
+    return asyncio.run(
+        answer_routed_login(service(), gate, payload, request_id="r-1", retry_after_s=2.0)
+    )
+
+
+def test_an_answer_tells_the_router_the_replicas_bound():
+    gate = AdmissionGate(3)
+    reply = answer(gate)
+    assert reply["status"] == 200 and reply["body"]["personalized"] is True
+    assert reply["max_in_flight"] == 3 and "replica_full" not in reply
+    assert gate.in_flight == 0
+
+
+def test_a_full_replica_says_so_with_its_bound():
+    gate = AdmissionGate(1)
+    assert gate.try_enter()
+    reply = answer(gate)
+    assert reply == {
+        "status": 503,
+        "detail": reply["detail"],
+        "retry_after_s": 2.0,
+        "replica_full": True,
+        "max_in_flight": 1,
+    }
+    assert reply["detail"].startswith("overloaded") and gate.in_flight == 1
+
