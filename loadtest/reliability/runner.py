@@ -160,12 +160,16 @@ def new_report(args: argparse.Namespace, budget_ms: float) -> dict[str, Any]:
             "config_changes": "none: the running `make run`"
             if local
             else "DynamoDB endpoint -> the delay proxy; every ensemble app's supervisor and "
-            "members: autoscaling.min_replicas 2, max_replicas_per_node 1",
+            "members: autoscaling.min_replicas 2, max_replicas 2, max_replicas_per_node 1",
             "ingress": "Serve's HAProxy ingress with the edge's admission (app.edge)",
             "load": "loadtest/harness/open_loop.py (aiohttp, one process on the same host)",
         },
         "scenarios": {},
     }
+
+
+# The cluster's nodes (head and one worker).
+NODES = 2
 
 
 def write_config(base: Path, out: Path, proxy_port: int, batch_root: Path) -> list[str]:
@@ -182,10 +186,14 @@ def write_config(base: Path, out: Path, proxy_port: int, batch_root: Path) -> li
         # replica on each node (min 2, at most 1 per node), so the lost node takes one
         # replica of each, never all (SPREAD alone is a preference: runs here put both
         # supervisors, or every member group, on the node that was then lost).
+        # And at most one replica per node: a target of 3 cannot be placed on 2 nodes, and
+        # Serve keeps the application UNHEALTHY for as long as such a target stands.
         for role in ("supervisor", "members"):
             sizing = app["args"].setdefault(role, {})
             sizing["max_replicas_per_node"] = 1
-            sizing.setdefault("autoscaling", {})["min_replicas"] = 2
+            scaling = sizing.setdefault("autoscaling", {})
+            scaling["min_replicas"] = NODES
+            scaling["max_replicas"] = NODES
         # The precomputed tier: the batch job scores the seeded players on this cluster
         # before the service starts (the first version's), and the supervisors load its
         # snapshot, so the DynamoDB fault scenarios show which answers it saved.
