@@ -16,7 +16,7 @@ from ray.serve.schema import (
 )
 
 from app.core.offer_routing import VersionHealth, VersionUnavailable
-from app.serving.router import HandleBackend, version_health
+from app.serving.router import HandleBackend, running_replicas, version_health
 
 pytestmark = pytest.mark.unit
 
@@ -118,3 +118,25 @@ def test_a_full_handle_queue_is_an_overload_refusal_not_a_failure():
     )  # type: ignore[assignment]
     reply = asyncio.run(b.offer("2026-11", {}, None))
     assert reply["status"] == 503 and "overloaded" in reply["detail"]
+
+
+def test_the_routers_view_of_replicas_for_its_share_of_each_version():
+    status = ServeStatus(
+        applications={
+            "g-2026-11": application(
+                ApplicationStatus.RUNNING,
+                supervisor=deployment(DeploymentStatus.HEALTHY, RUNNING=2, STOPPING=1),
+            ),
+            "g-router": application(
+                ApplicationStatus.RUNNING,
+                router=deployment(DeploymentStatus.UPSCALING, RUNNING=2, STARTING=1),
+            ),
+        }
+    )
+    assert running_replicas(status, "g-router", "router") == 2
+    assert running_replicas(status, "g-router", "supervisor") == 0
+    assert running_replicas(status, "g-gone", "router") == 0
+    b, _ = backend({})
+    assert b.replicas("2026-11") is None  # not read yet: the router caps nothing
+    b.health = version_health(status, INGRESS)
+    assert b.replicas("2026-11") == 2
