@@ -73,6 +73,19 @@ class AutoscalingArgs(StrictModel):
         return self
 
 
+def check_reachable_target(autoscaling: AutoscalingArgs, bound: int, deployment: str) -> None:
+    """An ingress replica never holds more than its admission bound (HAProxy's maxconn and its
+    own gate), so Serve's count of its ongoing requests never exceeds it: a target at or above
+    the bound could never add a replica."""
+    if autoscaling.signal == "ongoing_requests" and autoscaling.target_ongoing_requests >= bound:
+        raise ValueError(
+            f"{deployment}.autoscaling.target_ongoing_requests "
+            f"({autoscaling.target_ongoing_requests:g}) must be below admission.max_in_flight "
+            f"({bound}): a replica never holds more than that, so the target could never be "
+            "exceeded and no replica would ever be added"
+        )
+
+
 class DeploymentArgs(StrictModel):
     """Replica sizing of one deployment (Serve's own options, typed)."""
 
@@ -337,6 +350,9 @@ class EnsembleAppArgs(StrictModel):
                 "otherwise logins wait in Serve's queue, where their budget does not run, "
                 "instead of being refused at once"
             )
+        check_reachable_target(
+            self.supervisor.autoscaling, self.admission.max_in_flight, "supervisor"
+        )
         for name, changes in self.member_deployments.items():
             self.members.updated(changes)  # each entry must be valid on its own
             if not name.startswith("member-"):

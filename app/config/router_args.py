@@ -6,17 +6,26 @@ from typing import Any, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from app.config.app_args import AdmissionConfig, AutoscalingArgs, DeploymentArgs
+from app.config.app_args import (
+    AdmissionConfig,
+    AutoscalingArgs,
+    DeploymentArgs,
+    check_reachable_target,
+)
 from app.config.knobs import RouterKnobs
 from app.config.strict import StrictModel
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
 
-# The router only hashes a player id and forwards: very light, many logins per replica.
+# The router only hashes a player id and forwards: very light, many logins per replica. It
+# scales on utilization, the logins it holds over its admission bound (app.serving.router),
+# as the supervisors do: the bound caps what Serve's ongoing-requests count could ever see.
 ROUTER_DEFAULTS = DeploymentArgs(
     num_cpus=0.1,
     max_ongoing_requests=256,
     max_queued_requests=128,
-    autoscaling=AutoscalingArgs(min_replicas=1, max_replicas=2, target_ongoing_requests=64),
+    autoscaling=AutoscalingArgs(
+        min_replicas=1, max_replicas=2, signal="utilization", target_utilization=0.5
+    ),
 )
 
 
@@ -58,15 +67,12 @@ class RouterAppArgs(StrictModel):
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
-        if self.router.autoscaling.signal != "ongoing_requests":
-            # The router reports no utilization; it does not coalesce either, so requests in
-            # flight per replica is its load.
-            raise ValueError("router.autoscaling.signal must be ongoing_requests")
         if self.admission.max_in_flight >= self.router.max_ongoing_requests:
             raise ValueError(
                 f"admission.max_in_flight ({self.admission.max_in_flight}) must be below "
                 f"router.max_ongoing_requests ({self.router.max_ongoing_requests})"
             )
+        check_reachable_target(self.router.autoscaling, self.admission.max_in_flight, "router")
         names = [v.version for v in self.versions]
         if len(set(names)) != len(names):
             raise ValueError(f"versions listed twice: {names}")

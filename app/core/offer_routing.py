@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from app.core.admission import OVERLOADED_DETAIL
 from app.core.deadline import Deadline
+from app.core.load_meter import LoadMeter
 from app.core.tally_log import TallyLog
 from app.core.version_breaker import VersionBreaker
 from app.core.version_load import VersionLoad
@@ -106,8 +107,11 @@ class OfferRouter:
         on_routed: Callable[[str, str, str], None] | None = None,
         breaker: VersionBreaker | None = None,
         load: VersionLoad | None = None,
+        meter: LoadMeter | None = None,
     ) -> None:
         self._backend = backend
+        # Logins this replica holds, over its edge bound: what the router autoscales on.
+        self._meter = meter
         self._breaker = breaker or VersionBreaker()
         self._load = load or VersionLoad()
         self.configure(split, budget_ms=budget_ms, failover_reserve_ms=failover_reserve_ms)
@@ -131,6 +135,17 @@ class OfferRouter:
         """`waited_ms`: how long the login already waited before the router saw it (the edge's
         queue, X-Request-Start); it comes off the budget, so every version the login is sent
         to keeps its original deadline."""
+        if self._meter is None:
+            return await self._route(payload, request_id, waited_ms)
+        self._meter.enter()
+        try:
+            return await self._route(payload, request_id, waited_ms)
+        finally:
+            self._meter.exit()
+
+    async def _route(
+        self, payload: dict[str, Any], request_id: str | None, waited_ms: float
+    ) -> RoutedReply:
         budget_ms = self._budget_ms - max(waited_ms, 0.0)
         if payload.get("deadline_ms") is not None:
             budget_ms = min(budget_ms, float(payload["deadline_ms"]))

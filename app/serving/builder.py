@@ -109,6 +109,7 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
         knobs=args.knobs(),
         ingress_deployment=SUPERVISOR_DEPLOYMENT,
         retry_after_s=args.retry_after_s,
+        max_in_flight=args.admission.max_in_flight,
     )
     app: Application = router.bind(config)
     return app

@@ -6,7 +6,10 @@ supervisors, and a background task follows the applications' status so that a ve
 no supervisor replica to answer (missing, going away, or every replica down) is skipped at
 once instead of eating a login's budget. The same status gives each version's running
 supervisors and the router's own replicas, from which the router knows how many logins a
-version can take from it (app.core.version_load).
+version can take from it (app.core.version_load). Each replica reports the logins it holds
+over its edge bound (utilization) and the host's idle cores, so the router autoscales like the
+supervisors (app.serving.autoscaling): HAProxy lets at most that bound into one replica, so
+Serve's count of ongoing requests against a target above it could never add one.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from app.adapters.host_cpu import IdleCpu
 from app.api.game_routes import build_router_api
 from app.api.schemas import SplitInfo, VersionShare
 from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings
+from app.core.load_meter import LoadMeter
 from app.core.offer_routing import (
     OfferRouter,
     VersionHealth,
@@ -34,6 +39,7 @@ from app.core.offer_routing import (
 )
 from app.core.version_load import VersionLoad
 from app.core.version_split import VersionSplit
+from app.serving.autoscaling import replica_stats
 from app.serving.logs import route_service_logs_to_serve
 from app.serving.telemetry import RouterTelemetry
 
@@ -52,6 +58,8 @@ class RouterConfig(BaseModel):
     knobs: RouterKnobs
     ingress_deployment: str
     retry_after_s: float = Field(ge=0)
+    # Logins HAProxy lets into one router replica at once (its maxconn, the admission bound).
+    max_in_flight: int = Field(ge=1)
 
 
 def version_health(status: Any, ingress: str) -> dict[str, VersionHealth]:
@@ -146,6 +154,8 @@ class VersionRouter:
             dict(config.applications), config.ingress_deployment, own=(me.app_name, me.name)
         )
         backend = self._backend
+        self._load = LoadMeter(config.max_in_flight)
+        self._idle = IdleCpu()
         self._router = OfferRouter(
             VersionSplit(config.game, self._versions, config.knobs.weights),
             self._backend,
@@ -154,9 +164,14 @@ class VersionRouter:
             retry_after_s=config.retry_after_s,
             on_routed=telemetry.routed,
             load=VersionLoad(backend.replicas, lambda: backend.routers),
+            meter=self._load,
         )
         self._api_key_sha256 = get_settings().api_key_sha256
         self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())
+
+    async def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metrics (app.serving.autoscaling)."""
+        return replica_stats(self._load, self._idle)
 
     async def reconfigure(self, user_config: dict[str, Any]) -> None:
         """Live weights and budget (user_config, merged over the args; {} goes back to them).

@@ -1,7 +1,8 @@
-"""Member autoscaling on the utilization signal, in real Serve: a burst of logins (coalesced
-by the supervisor into one fan-out at a time, so Serve's ongoing-request count stays at 1
-per member replica) raises the member deployment above its minimum; it comes back down
-once the burst stops. Order is asserted, not timing: generous deadlines on a loaded host.
+"""Autoscaling on the utilization signal, in real Serve: a burst of logins (coalesced by the
+supervisor into one fan-out at a time, so Serve's ongoing-request count stays at 1 per member
+replica) raises the member deployment above its minimum; it comes back down once the burst
+stops. The game router scales on the logins it holds over its edge bound the same way.
+Order is asserted, not timing: generous deadlines on a loaded host.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from models.population import player_id
+from tests.conftest import TEST_GAME, TEST_VERSION
 from tests.integration.conftest import app_args, deploy, replica_actor_names
-from tests.integration.serving.test_reliability import offer, wait_until
+from tests.integration.serving.test_reliability import SLOW_MEMBER, offer, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -80,3 +82,65 @@ def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_v
     finally:
         stop.set()
         serve.delete(APP)
+
+
+def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
+    # The router's target was once Serve's ongoing-requests count, above what its edge bound
+    # lets into a replica: it could never scale. Now each replica reports the logins it holds
+    # over that bound (4 here), and 8 clients on logins a slow member keeps ~200 ms in the
+    # version hold it well above the target.
+    from ray import serve
+
+    from app.config.router_args import RouterAppArgs
+    from app.serving.builder import build_router
+
+    version_app, router_app = "router-scale-version", "router-scale"
+    deploy(
+        app_args(
+            tiny_version_dir,
+            straggler_grace_ms=None,
+            faults={"slow_members_ms": {SLOW_MEMBER: 200}},
+        ),
+        name=version_app,
+        route_prefix=f"/{version_app}",
+    )
+    args = RouterAppArgs.model_validate(
+        {
+            "game": TEST_GAME,
+            "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
+            "admission": {"max_in_flight": 4},
+            "router": {
+                "num_cpus": 0.05,
+                "autoscaling": {**SCALING, "max_replicas": 2, "target_utilization": 0.25},
+            },
+        }
+    )
+    serve.run(build_router(args), name=router_app, route_prefix=f"/{router_app}")
+    base = serve_app.replace(urlsplit(serve_app).path, f"/{router_app}")
+    stop = threading.Event()
+    statuses: list[int] = []
+
+    def client(i: int) -> None:
+        n = 0
+        while not stop.is_set():
+            statuses.append(offer(base, player_id(1 + (i * 89 + n) % 500)).status_code)
+            n += 1
+
+    try:
+        assert len(replica_actor_names(router_app, "router")) == 1
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            for i in range(8):
+                pool.submit(client, i)
+            try:
+                wait_until(
+                    lambda: len(replica_actor_names(router_app, "router")) == 2,
+                    90.0,
+                    "a second router replica under held logins",
+                )
+            finally:
+                stop.set()
+        assert statuses and set(statuses) == {200}, sorted(set(statuses))
+    finally:
+        stop.set()
+        serve.delete(router_app)
+        serve.delete(version_app)

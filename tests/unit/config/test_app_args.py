@@ -154,12 +154,20 @@ def test_supervisor_and_members_scale_on_utilization_through_our_policy():
     assert "policy" not in ongoing.members.to_options("member-x")["autoscaling_config"]
 
 
-def test_the_router_cannot_scale_on_a_utilization_it_does_not_report():
-    from app.config.router_args import RouterAppArgs
-
-    router = {"game": "galaxy-raiders", "versions": [{"version": "2026-10", "weight": 1}]}
-    assert RouterAppArgs.model_validate(router).router.autoscaling.signal == "ongoing_requests"
-    with pytest.raises(ValidationError, match="ongoing_requests"):
-        RouterAppArgs.model_validate(
-            {**router, "router": {"autoscaling": {"signal": "utilization"}}}
+def test_a_supervisor_target_it_can_never_hold_is_refused():
+    # The admission bound caps the logins a supervisor holds, so Serve would never see more
+    # ongoing requests than that: a target at or above it could never add a replica.
+    ongoing = {"autoscaling": {"signal": "ongoing_requests", "target_ongoing_requests": 16}}
+    with pytest.raises(ValidationError, match="never"):
+        EnsembleAppArgs.model_validate(
+            {**BASE, "admission": {"max_in_flight": 16}, "supervisor": ongoing}
         )
+    below = {"autoscaling": {"signal": "ongoing_requests", "target_ongoing_requests": 15}}
+    args = EnsembleAppArgs.model_validate(
+        {**BASE, "admission": {"max_in_flight": 16}, "supervisor": below}
+    )
+    assert args.supervisor.to_options("supervisor")["autoscaling_config"][
+        "target_ongoing_requests"
+    ] == 15
+    # The utilization signal is a share of the bound: no such limit.
+    EnsembleAppArgs.model_validate({**BASE, "admission": {"max_in_flight": 2}})

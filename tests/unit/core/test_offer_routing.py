@@ -315,3 +315,38 @@ def test_a_version_the_router_already_fills_is_refused_without_a_call():
     assert [reply.status for reply in replies] == [200, 200, 503]
     assert replies[2].retry_after_s == 2 and "overloaded" in (replies[2].detail or "")
     assert routed.count(("canary", "none", "refused")) == 1
+
+
+def test_the_router_meters_every_login_it_holds_over_its_bound():
+    # What the router autoscales on: logins in flight through this replica, each for its
+    # whole stay (failover and local refusals included), as a share of its edge bound.
+    from app.core.load_meter import LoadMeter
+
+    now = [0.0]
+    meter = LoadMeter(4, window_s=10.0, clock=lambda: now[0])
+    gates = [asyncio.Event(), asyncio.Event()]
+    backend = Backend({"canary": list(gates), "stable": OK})  # it pops its list
+    split = VersionSplit(GAME, ["stable", "canary"], {"stable": 0, "canary": 1})
+    r = OfferRouter(
+        split, backend, budget_ms=400, failover_reserve_ms=150, retry_after_s=2, meter=meter
+    )
+
+    async def two_logins():
+        logins = [
+            asyncio.ensure_future(r.route({"player_id": p, "game": GAME}, None))
+            for p in ("p1", "p2")
+        ]
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        held = meter.level
+        now[0] = 5.0  # both held for 5 s of the 10 s window
+        for gate in gates:
+            gate.set()
+        replies = await asyncio.gather(*logins)
+        return held, replies
+
+    held, replies = asyncio.run(two_logins())
+    assert held == 2 and [(x.status, x.answered) for x in replies] == [(200, "canary")] * 2
+    assert meter.level == 0
+    now[0] = 10.0
+    assert meter.utilization() == pytest.approx(2 * 5.0 / 10.0 / 4)
