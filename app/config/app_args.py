@@ -250,6 +250,15 @@ class AdmissionConfig(StrictModel):
         "then HAProxy answers it 503 with Retry-After itself, without waking a replica. It "
         "counts against the login's budget (X-Request-Start).",
     )
+    edge_max_queued: int = Field(
+        default=16,
+        ge=1,
+        le=10_000,
+        description="how many logins may wait in HAProxy's queue for the application's "
+        "replicas at once; the next is answered 503 with Retry-After at once, instead of "
+        "waiting edge_queue_timeout_ms to be refused: deeper than the slots that free up "
+        "within that timeout, a login would only wait to be refused",
+    )
 
 
 class PrecomputedArgs(StrictModel):

@@ -9,6 +9,10 @@ the edge needs. This module adds, to the config Serve wrote:
 - `timeout queue` on that application's backend: a login that waited that long is answered
   503 by HAProxy itself, without reaching any Python event loop; and a short `timeout
   connect`, which is also how long HAProxy waits before retrying a replica that just died;
+- a cap on that queue (`http-request deny deny_status 503 if { queue() ge N }`): a login
+  that finds N already waiting is answered the same 503 at once. In a burst, one deeper in
+  the queue than the slots that free up within `timeout queue` would only wait that long to
+  be refused, on a host whose cores are busy with the logins admitted;
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
   Serve's `errorfile`, which turns HAProxy's 503 (and 502/504) into a 500;
 - `X-Request-Start: t=<unix µs>` on every request, set when HAProxy has read it, so the
@@ -32,6 +36,7 @@ from app.core.admission import OVERLOADED_DETAIL
 
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
+QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
 HTTP_FRONTEND = "frontend http_frontend"
 _SERVER = re.compile(r"^(\s+)server\s+(\S+)\s+(\S+)(.*)$")
 _ERRORFILE = re.compile(r"^(\s+)errorfile\s+(502|503|504)\s+(\S+)\s*$")
@@ -153,8 +158,12 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str
         "errorfile 503": f"errorfile 503 {errorfile}",
     }
     out = [f"    {line}" for line in ours.values()]
+    # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
+    out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     for line in body:
         stripped = line.strip()
+        if stripped.startswith("http-request "):
+            raise UnrecognizedConfig(f"backend already has http-request rules: {stripped!r}")
         if any(stripped.startswith(f"{key} ") for key in ours):
             continue  # ours, above, replaces it
         match = _SERVER.match(line)

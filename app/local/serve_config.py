@@ -112,7 +112,7 @@ def local_endpoint(apps: list[ConfiguredApp]) -> tuple[str, int, str]:
 
 def edge_config(document: dict[str, Any]) -> EdgeConfig:
     """The edge limits of every ensemble and router application a Serve config declares:
-    each one's `admission` bound and queue timeout, and its Retry-After."""
+    each one's `admission` bound, queue timeout and queue depth, and its Retry-After."""
     backends: dict[str, BackendLimits] = {}
     for app in document.get("applications", []):
         args: EnsembleAppArgs | RouterAppArgs
@@ -125,6 +125,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
         backends[app["name"]] = BackendLimits(
             max_in_flight=args.admission.max_in_flight,
             queue_timeout_ms=args.admission.edge_queue_timeout_ms,
+            max_queued=args.admission.edge_max_queued,
             retry_after_s=math.ceil(args.retry_after_s),
         )
     return EdgeConfig(backends=backends)

@@ -26,7 +26,9 @@ UNLISTED = "other-game-2026-01"
 EDGE = EdgeConfig(
     backends={
         VERSION: BackendLimits(max_in_flight=16, queue_timeout_ms=30, retry_after_s=1),
-        ROUTER: BackendLimits(max_in_flight=32, queue_timeout_ms=40, retry_after_s=2),
+        ROUTER: BackendLimits(
+            max_in_flight=32, queue_timeout_ms=40, retry_after_s=2, max_queued=5
+        ),
     },
     retry_after_s=1,
 )
@@ -116,6 +118,20 @@ def test_a_queued_login_times_out_into_the_services_own_503(rendered, tmp_path):
     assert f"content-length: {len(payload)}".encode() in head
 
 
+def test_a_login_finding_the_queue_full_is_refused_at_once(rendered, tmp_path):
+    out = rewrite(rendered, EDGE, tmp_path).text
+    for app, depth in ((VERSION, 16), (ROUTER, 5)):
+        body = section(out, f"backend {backend_name(app)}")
+        rule = f"http-request deny deny_status 503 if {{ queue() ge {depth} }}"
+        assert body.count(rule) == 1
+        # Denied with the backend's own 503 errorfile, before any server is picked.
+        first_server = next(i for i, s in enumerate(body) if s.startswith("server "))
+        assert body.index(rule) < first_server
+        assert any(s.startswith("errorfile 503 ") for s in body)
+    unlisted = section(out, f"backend {backend_name(UNLISTED)}")
+    assert not [s for s in unlisted if s.startswith("http-request")]
+
+
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
     # As Serve renders it: 502, 503 and 504 all answered with its 500.http.
     assert [s for s in section(rendered, "defaults") if s.startswith("errorfile")]
@@ -168,8 +184,22 @@ def test_without_metrics_the_shape_is_still_recognized(tmp_path):
         (lambda t: t.replace("http_frontend\n    bind ", "http_frontend\n    # bind "), "bind"),
         (lambda t: t.replace(":30001 check", ":30001 check maxconn 3"), "maxconn"),
         (lambda t: t.replace("    errorfile 502", "    # errorfile 502", 1), "errorfile"),
+        (
+            lambda t: t.replace(
+                "backend http-galaxy-raiders-2026-11\n",
+                "backend http-galaxy-raiders-2026-11\n    http-request deny if { path /x }\n",
+            ),
+            "http-request",
+        ),
     ],
-    ids=["frontend renamed", "no defaults", "no bind", "maxconn already set", "errorfile gone"],
+    ids=[
+        "frontend renamed",
+        "no defaults",
+        "no bind",
+        "maxconn already set",
+        "errorfile gone",
+        "backend rules already",
+    ],
 )
 def test_a_shape_it_was_not_written_for_is_refused(rendered, tmp_path, change, complaint):
     changed = change(rendered)
