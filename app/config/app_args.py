@@ -30,7 +30,7 @@ class AutoscalingArgs(StrictModel):
     # time a member spends scoring; logins a supervisor holds over its admission bound), which
     # keeps tracking load when the supervisor coalesces logins into a few fan-outs.
     # `ongoing_requests`: Serve's default, requests per replica against
-    # target_ongoing_requests (right for the router, which does not coalesce).
+    # target_ongoing_requests (for an ingress deployment, below its admission bound).
     signal: Literal["utilization", "ongoing_requests"] = "ongoing_requests"
     target_utilization: float = Field(default=0.6, gt=0, le=1)
     # utilization only: add replicas only while the most idle host the replicas report from
@@ -75,8 +75,8 @@ class AutoscalingArgs(StrictModel):
 
 def check_reachable_target(autoscaling: AutoscalingArgs, bound: int, deployment: str) -> None:
     """An ingress replica never holds more than its admission bound (HAProxy's maxconn and its
-    own gate), so Serve's count of its ongoing requests never exceeds it: a target at or above
-    the bound could never add a replica."""
+    own gate): Serve's count of its ongoing requests never exceeds the bound, and its
+    utilization never exceeds 1. A target at either ceiling could never add a replica."""
     if autoscaling.signal == "ongoing_requests" and autoscaling.target_ongoing_requests >= bound:
         raise ValueError(
             f"{deployment}.autoscaling.target_ongoing_requests "
@@ -84,6 +84,19 @@ def check_reachable_target(autoscaling: AutoscalingArgs, bound: int, deployment:
             f"({bound}): a replica never holds more than that, so the target could never be "
             "exceeded and no replica would ever be added"
         )
+    if autoscaling.signal == "utilization" and autoscaling.target_utilization >= 1.0:
+        raise ValueError(
+            f"{deployment}.autoscaling.target_utilization must be below 1: a replica never "
+            "holds more than its admission bound, so a full replica is utilization 1 and the "
+            "target could never be exceeded"
+        )
+
+
+# Autoscaling keys that only one signal reads: given for the other, they would be ignored.
+SIGNAL_ONLY_KEYS = {
+    "ongoing_requests": ("target_ongoing_requests",),
+    "utilization": ("target_utilization", "min_idle_cpus"),
+}
 
 
 class DeploymentArgs(StrictModel):
@@ -105,8 +118,21 @@ class DeploymentArgs(StrictModel):
     max_replicas_per_node: int | None = Field(default=None, ge=1)
 
     def updated(self, changes: dict[str, Any]) -> DeploymentArgs:
-        """A copy with `changes` (a partial, YAML-shaped dict) applied on top."""
-        return DeploymentArgs.model_validate(deep_merge(self.model_dump(), changes))
+        """A copy with `changes` (a partial, YAML-shaped dict) applied on top. A key of the
+        signal the result does not scale on is refused: merged over defaults of the other
+        signal, it would be silently ignored."""
+        merged = DeploymentArgs.model_validate(deep_merge(self.model_dump(), changes))
+        scaling = changes.get("autoscaling")
+        signal = merged.autoscaling.signal
+        if isinstance(scaling, dict):
+            for other, keys in SIGNAL_ONLY_KEYS.items():
+                ignored = [k for k in keys if other != signal and scaling.get(k) is not None]
+                if ignored:
+                    raise ValueError(
+                        f"autoscaling {ignored} apply to signal {other}, but this deployment "
+                        f"scales on {signal}: set `signal: {other}` too, or drop them"
+                    )
+        return merged
 
     def to_options(self, name: str) -> dict[str, Any]:
         return {

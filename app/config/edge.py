@@ -26,7 +26,7 @@ class BackendLimits(FrozenModel):
     # How many logins may wait in that queue at once (all the application's replicas
     # together); the next is answered 503 at once. One deeper in the queue than the slots
     # that free up within queue_timeout_ms would only wait that long to be refused anyway.
-    max_queued: int = Field(default=16, ge=1, le=10_000)
+    max_queued: int = Field(ge=1, le=10_000)
     # Retry-After on HAProxy's 503, the same as the application's own refusals.
     retry_after_s: int = Field(ge=0, le=3600)
     # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (a replica

@@ -61,8 +61,8 @@ class RouterAppArgs(StrictModel):
     @classmethod
     def _on_top_of_defaults(cls, value: Any) -> Any:
         # A partial `router:` (say, only autoscaling) keeps the router's other defaults
-        # rather than the generic DeploymentArgs ones (max_ongoing_requests 32, below its
-        # autoscaling target and its admission bound).
+        # rather than the generic DeploymentArgs ones (max_ongoing_requests 32, not above
+        # its admission bound).
         return ROUTER_DEFAULTS.updated(value) if isinstance(value, dict) else value
 
     @model_validator(mode="after")

@@ -8,8 +8,9 @@ the work it holds, over the last window, as a share of what it can hold at once.
 
 - a member replica holds one predict at a time (one scoring thread): utilization is the
   share of wall time spent scoring, 0..1;
-- a supervisor replica holds up to `admission.max_in_flight` logins: utilization is the
-  mean number in flight over that bound.
+- a supervisor or router replica holds up to `admission.max_in_flight` logins (the
+  router's bound is enforced at the edge): utilization is the mean number in flight over
+  that bound.
 
 The meter integrates a level (work held) over time with an injectable clock; its samples
 are what `record_autoscaling_stats` hands to Serve, and app.core.replica_scaling turns the

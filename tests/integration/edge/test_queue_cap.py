@@ -90,7 +90,8 @@ def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_pa
             APP: BackendLimits(
                 max_in_flight=1,
                 queue_timeout_ms=QUEUE_TIMEOUT_MS,
-                retry_after_s=1,
+                # Not the defaults section's 1: the answer is the backend's own errorfile.
+                retry_after_s=3,
                 max_queued=QUEUED,
             )
         }
@@ -153,7 +154,7 @@ def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_pa
 
     refused, waiting, held_status, answers = asyncio.run(scenario())
     assert waiting == QUEUED, "the queued logins were still waiting for the slot"
-    assert {(status, retry) for status, retry, _ in refused} == {(503, "1")}
+    assert {(status, retry) for status, retry, _ in refused} == {(503, "3")}
     assert all(json.loads(body) == {"detail": OVERLOADED_DETAIL} for *_, body in refused)
     # Once the slot was free, the replica served the held login and the queued ones.
     assert held_status == 200

@@ -171,3 +171,29 @@ def test_a_supervisor_target_it_can_never_hold_is_refused():
     ] == 15
     # The utilization signal is a share of the bound: no such limit.
     EnsembleAppArgs.model_validate({**BASE, "admission": {"max_in_flight": 2}})
+
+
+def test_a_utilization_target_a_full_replica_only_reaches_is_refused():
+    # A supervisor never holds more than its bound: utilization tops out at 1.
+    with pytest.raises(ValidationError, match="below 1"):
+        EnsembleAppArgs.model_validate(
+            {**BASE, "supervisor": {"autoscaling": {"target_utilization": 1.0}}}
+        )
+    # Members are not ingress replicas: their utilization (time spent scoring) is not capped
+    # by an admission bound, and 1.0 stays allowed for them.
+    members = {"autoscaling": {"target_utilization": 1.0}}
+    EnsembleAppArgs.model_validate({**BASE, "members": members})
+
+
+@pytest.mark.parametrize(
+    ("role", "scaling", "key"),
+    [
+        ("supervisor", {"target_ongoing_requests": 8}, "target_ongoing_requests"),
+        ("members", {"target_ongoing_requests": 8}, "target_ongoing_requests"),
+        ("supervisor", {"signal": "ongoing_requests", "min_idle_cpus": 0.5}, "min_idle_cpus"),
+    ],
+)
+def test_a_key_of_the_signal_a_deployment_does_not_scale_on_is_refused(role, scaling, key):
+    # Merged over the role's defaults, it would be ignored without a word.
+    with pytest.raises(ValidationError, match=key):
+        EnsembleAppArgs.model_validate({**BASE, role: {"autoscaling": scaling}})

@@ -50,3 +50,14 @@ def test_the_edge_bound_must_stay_below_what_serve_lets_a_replica_hold():
         RouterAppArgs.model_validate(
             {**BASE, "admission": {"max_in_flight": 64}, "router": {"max_ongoing_requests": 64}}
         )
+
+
+def test_a_bare_ongoing_requests_target_on_the_utilization_router_is_refused():
+    with pytest.raises(ValidationError, match="target_ongoing_requests"):
+        RouterAppArgs.model_validate(
+            {**BASE, "router": {"autoscaling": {"target_ongoing_requests": 16}}}
+        )
+    with pytest.raises(ValidationError, match="below 1"):
+        RouterAppArgs.model_validate(
+            {**BASE, "router": {"autoscaling": {"target_utilization": 1.0}}}
+        )

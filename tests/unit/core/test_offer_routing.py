@@ -350,3 +350,44 @@ def test_the_router_meters_every_login_it_holds_over_its_bound():
     assert meter.level == 0
     now[0] = 10.0
     assert meter.utilization() == pytest.approx(2 * 5.0 / 10.0 / 4)
+
+
+def test_the_meter_lets_go_of_logins_refused_failed_or_abandoned():
+    # Whatever way a login leaves the router (refused in the router, every version failing,
+    # the caller giving up), it stops counting as held: a stuck level would keep a replica
+    # looking busy, and the deployment scaled up, forever.
+    from app.core.load_meter import LoadMeter
+
+    meter = LoadMeter(4)
+
+    def metered(backend, load=None):
+        split = VersionSplit(GAME, ["stable", "canary"], {"stable": 0, "canary": 1})
+        return OfferRouter(
+            split,
+            backend,
+            budget_ms=400,
+            failover_reserve_ms=150,
+            retry_after_s=2,
+            load=load,
+            meter=meter,
+        )
+
+    full = known_load(replicas=1, bound=1)
+    full.enter("canary")  # the router already holds the one login the canary admits
+    refused = route(metered(Backend({"canary": OK, "stable": OK}), load=full))
+    assert refused.status == 503 and meter.level == 0
+
+    failing = route(metered(Backend({"canary": RuntimeError("x"), "stable": {"status": 500}})))
+    assert failing.status == 503 and meter.level == 0
+
+    async def abandoned():
+        r = metered(Backend({"canary": "hang", "stable": "hang"}))
+        login = asyncio.ensure_future(r.route({"player_id": "p1", "game": GAME}, None))
+        await asyncio.sleep(0.01)
+        held = meter.level
+        login.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await login
+        return held
+
+    assert asyncio.run(abandoned()) == 1 and meter.level == 0

@@ -25,7 +25,9 @@ ROUTER = "galaxy-raiders"
 UNLISTED = "other-game-2026-01"
 EDGE = EdgeConfig(
     backends={
-        VERSION: BackendLimits(max_in_flight=16, queue_timeout_ms=30, retry_after_s=1),
+        VERSION: BackendLimits(
+            max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16
+        ),
         ROUTER: BackendLimits(
             max_in_flight=32, queue_timeout_ms=40, retry_after_s=2, max_queued=5
         ),
