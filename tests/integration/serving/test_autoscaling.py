@@ -37,6 +37,14 @@ SCALING = {
 }
 
 
+def login_loop(base: str, i: int, stop: threading.Event, statuses: list[int]) -> None:
+    """One closed-loop client, each on its own walk over the test players, until `stop`."""
+    n = 0
+    while not stop.is_set():
+        statuses.append(offer(base, player_id(1 + (i * 97 + n) % 500)).status_code)
+        n += 1
+
+
 def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_version_dir):
     from ray import serve
 
@@ -51,17 +59,11 @@ def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_v
     stop = threading.Event()
     statuses: list[int] = []
 
-    def client(i: int) -> None:
-        n = 0
-        while not stop.is_set():
-            statuses.append(offer(base, player_id(1 + (i * 97 + n) % 500)).status_code)
-            n += 1
-
     try:
         assert len(replica_actor_names(APP, MEMBERS)) == 1
         with ThreadPoolExecutor(max_workers=12) as pool:
             for i in range(12):
-                pool.submit(client, i)
+                pool.submit(login_loop, base, i, stop, statuses)
             try:
                 peak = wait_until(
                     lambda: (n := len(replica_actor_names(APP, MEMBERS))) > 1 and n,
@@ -120,17 +122,11 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
     stop = threading.Event()
     statuses: list[int] = []
 
-    def client(i: int) -> None:
-        n = 0
-        while not stop.is_set():
-            statuses.append(offer(base, player_id(1 + (i * 89 + n) % 500)).status_code)
-            n += 1
-
     try:
         assert len(replica_actor_names(router_app, "router")) == 1
         with ThreadPoolExecutor(max_workers=8) as pool:
             for i in range(8):
-                pool.submit(client, i)
+                pool.submit(login_loop, base, i, stop, statuses)
             try:
                 wait_until(
                     lambda: len(replica_actor_names(router_app, "router")) == 2,
