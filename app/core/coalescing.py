@@ -9,7 +9,6 @@ therefore grows with load by itself, with no timer to tune.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -65,6 +64,19 @@ class Coalescer(Generic[Item, Out]):
     @property
     def in_flight(self) -> int:
         return self._in_flight
+
+    def claim_if_idle(self) -> _Slot | None:
+        """A slot taken at once for a lone call: nothing queued, nothing in flight, no flush
+        pending. The caller runs the work itself and gives the slot back with `free`.
+
+        Skips the flush's loop turn and the batch's task, which at low load are most of
+        what coalescing adds to a call. A call made later in the same turn batches behind
+        it instead of with it: only for a caller that knows it is alone.
+        """
+        if self._queue or self._in_flight or self._flush_scheduled:
+            return None
+        self._in_flight += 1
+        return _Slot()
 
     def configure(self, *, max_size: int, max_in_flight: int) -> None:
         """New limits for the batches taken from now on (live knobs)."""
@@ -126,9 +138,10 @@ class Coalescer(Generic[Item, Out]):
             await self._run(batch)
         finally:
             # Free the slot as soon as `run` returns, before its callers resume.
-            self._free(slot)
+            self.free(slot)
 
-    def _free(self, slot: _Slot) -> None:
+    def free(self, slot: _Slot) -> None:
+        """Give a batch's slot back (once; later calls for the same slot do nothing)."""
         if not slot.freed:
             slot.freed = True
             self._in_flight -= 1
@@ -139,7 +152,7 @@ class Coalescer(Generic[Item, Out]):
         self, batch: list[Pending[Item, Out]], slot: _Slot, task: asyncio.Future[None]
     ) -> None:
         self._batches.discard(task)
-        self._free(slot)
+        self.free(slot)
         # Every caller gets an answer: the batch's failure, or cancellation if the batch was
         # cancelled (a cancelled batch is not an error the caller should see as one).
         error = None if task.cancelled() else task.exception()
@@ -161,6 +174,11 @@ class Coalescer(Generic[Item, Out]):
             self._queue.popleft().future.cancel()
         for task in list(self._batches):
             task.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _why_not_sent(queued: asyncio.Future[_Share]) -> str:
@@ -188,9 +206,21 @@ class CoalescingScorer:
     """
 
     def __init__(
-        self, fanout: Fanout, *, max_rows: int, max_in_flight: int, max_hold_s: float
+        self,
+        fanout: Fanout,
+        *,
+        max_rows: int,
+        max_in_flight: int,
+        max_hold_s: float,
+        alone: Callable[[], bool] | None = None,
     ) -> None:
+        """`alone()`: whether the calling login is the only one in progress (the replica's
+        admission count). A lone login finding the scorer idle starts its round in its own
+        task (`_score_alone`). Any other waits a loop turn, so that logins reaching the
+        scorer in the same turn (e.g. their batched feature read resolved together) share
+        one round. None: every login waits that turn."""
         self._fanout = fanout
+        self._alone = alone
         self._max_hold_s = max_hold_s
         self._coalescer: Coalescer[np.ndarray, _Share] = Coalescer(
             self._run, max_size=max_rows, max_in_flight=max_in_flight
@@ -207,6 +237,10 @@ class CoalescingScorer:
     async def score(self, matrix: np.ndarray, budget_s: float) -> FanoutResult:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(budget_s, 0.0)
+        if self._alone is not None and self._alone():
+            slot = self._coalescer.claim_if_idle()
+            if slot is not None:
+                return await self._score_alone(matrix, deadline, slot)
         queued = self._coalescer.enqueue(matrix, matrix.shape[0])
         try:
             await asyncio.wait([queued], timeout=max(budget_s, 0.0))
@@ -227,11 +261,30 @@ class CoalescingScorer:
         finally:
             self._release(share.round)
 
+    async def _score_alone(
+        self, matrix: np.ndarray, deadline: float, slot: _Slot
+    ) -> FanoutResult:
+        """A lone login's round, started in the caller's own task (see claim_if_idle).
+
+        The same round, slot hold and deadline as a batch of one, without the flush's turn,
+        the batch's task or the wait for a share: at c=1 those were most of the loop's work
+        per login.
+        """
+        try:
+            round_ = self._launch(matrix, readers=1)
+        except BaseException:
+            self._coalescer.free(slot)
+            raise
+        self._hold(round_, functools.partial(self._coalescer.free, slot))
+        try:
+            await round_.wait(deadline - asyncio.get_running_loop().time())
+            return self._fanout.ordered(round_.result())
+        finally:
+            self._release(round_)
+
     async def _run(self, batch: list[Pending[np.ndarray, _Share]]) -> None:
         matrix = batch[0].item if len(batch) == 1 else np.concatenate([p.item for p in batch])
-        self._fanout.telemetry.batch(len(batch), matrix.shape[0])
-        round_ = self._fanout.launch(matrix)
-        self._readers[round_] = len(batch)
+        round_ = self._launch(matrix, readers=len(batch))
         start = 0
         for pending in batch:
             rows = slice(start, start + pending.size)
@@ -240,11 +293,31 @@ class CoalescingScorer:
                 self._release(round_)
             else:
                 pending.future.set_result(_Share(round_, rows))
-        # The slot stays taken while the groups work, so logins arriving meanwhile batch up
-        # behind it; but at most max_hold_s: a slow or stuck member must not hold every
-        # later login in the queue until its deadline. Its readers keep waiting regardless.
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(round_.finished(), self._max_hold_s)
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._hold(round_, functools.partial(_resolve, held))
+        await held
+
+    def _launch(self, matrix: np.ndarray, *, readers: int) -> FanoutRound:
+        self._fanout.telemetry.batch(readers, matrix.shape[0])
+        round_ = self._fanout.launch(matrix)
+        self._readers[round_] = readers
+        return round_
+
+    def _hold(self, round_: FanoutRound, release: Callable[[], None]) -> None:
+        """Call `release` (idempotent) when the round finished or after max_hold_s, whichever
+        comes first: how long it keeps its in-flight slot, so that logins arriving meanwhile
+        batch up behind it.
+
+        At most max_hold_s: a slow or stuck member must not hold every later login in the
+        queue until its deadline. The round's readers keep waiting regardless.
+        """
+        timer = asyncio.get_running_loop().call_later(self._max_hold_s, release)
+
+        def finished() -> None:
+            timer.cancel()
+            release()
+
+        round_.when_finished(finished)
 
     def _abandon(self, queued: asyncio.Future[_Share]) -> None:
         if not queued.done():

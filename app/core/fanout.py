@@ -11,7 +11,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,8 +36,10 @@ class MemberGroupClient(Protocol):
     name: str
     members: tuple[MemberRef, ...]
 
-    async def score(self, matrix: np.ndarray) -> np.ndarray:
-        """Shape (len(members), matrix rows): one row of propensities per member."""
+    def score(self, matrix: np.ndarray) -> Awaitable[np.ndarray]:
+        """Shape (len(members), matrix rows): one row of propensities per member.
+
+        A coroutine, or a future (then the round waits on it without a task of its own)."""
         ...
 
 
@@ -76,7 +78,7 @@ class FanoutRound:
         self._weights = dict(weights or {})
         self.rows = matrix.shape[0]
         self._problems = problems  # failed or malformed group replies, logged as a tally
-        self._tasks = {asyncio.ensure_future(g.score(matrix)): g for g in groups}
+        self._tasks = {_start(g, matrix): g for g in groups}
         for task, group in self._tasks.items():
             task.add_done_callback(functools.partial(self._group_done, group))
         # Once groups holding quorum_weight have answered, the rest get straggler_grace_s
@@ -129,6 +131,10 @@ class FanoutRound:
         """Until every group answered, failed or was cancelled."""
         await asyncio.shield(self._finished)
 
+    def when_finished(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once every group answered, failed or was cancelled."""
+        self._finished.add_done_callback(lambda _: callback())
+
     def _group_done(self, group: MemberGroupClient, task: asyncio.Future[np.ndarray]) -> None:
         # Once per round and group, however many logins share the round.
         if task.cancelled() or task.exception() is not None:
@@ -157,17 +163,18 @@ class FanoutRound:
         missing: dict[str, str] = {}
         for task, group in self._tasks.items():
             outcome = self._outcome(task, group) if task.done() else "timeout"
+            if isinstance(outcome, str):
+                missing.update((member.name, outcome) for member in group.members)
+                continue
+            block = outcome[:, rows]
+            # One check for the whole group's rows (False for NaN as well).
+            valid = np.all((block >= 0.0) & (block <= 1.0), axis=1)
             for i, member in enumerate(group.members):
-                if isinstance(outcome, str):
-                    missing[member.name] = outcome
-                    continue
                 weight = self._weight(member)
                 if weight <= 0.0:
                     missing[member.name] = WEIGHTED_OUT
-                    continue
-                scores = outcome[i, rows]
-                if np.all((scores >= 0.0) & (scores <= 1.0)):  # False for NaN as well
-                    answers.append(MemberScores(member.name, weight, scores))
+                elif valid[i]:
+                    answers.append(MemberScores(member.name, weight, block[i]))
                 else:
                     missing[member.name] = "bad_output"
         return FanoutResult(answers, missing, (time.perf_counter() - self.started) * 1000.0)
@@ -201,6 +208,17 @@ class FanoutRound:
             )
             return "bad_output"
         return scores
+
+
+def _start(group: MemberGroupClient, matrix: np.ndarray) -> asyncio.Future[np.ndarray]:
+    """The group's call as a future of this loop. A group that fails before it even returns
+    an awaitable (e.g. its worker thread shut down) is that group's failure, not the round's."""
+    try:
+        return asyncio.ensure_future(group.score(matrix))
+    except Exception as exc:
+        failed: asyncio.Future[np.ndarray] = asyncio.get_running_loop().create_future()
+        failed.set_exception(exc)
+        return failed
 
 
 # Why a member with a live weight of 0 is not in an answer.

@@ -157,6 +157,10 @@ class Supervisor:
         self._trained_weights = {e.name: e.weight for e in manifest.members}
         self._max_batch_rows = config.max_batch_rows
         self._fanout = Fanout(clients, member_order=member_order, telemetry=telemetry)
+        # Logins held over the admission bound: what this deployment autoscales on.
+        self._load = LoadMeter(config.max_in_flight)
+        self._idle = IdleCpu()
+        self._admission = AdmissionGate(config.max_in_flight, load=self._load)
         self._coalescing: CoalescingScorer | None = None
         scorer: EnsembleScorer = self._fanout
         if config.coalescing_enabled:
@@ -165,11 +169,9 @@ class Supervisor:
                 max_rows=baseline.coalescing.max_rows,
                 max_in_flight=baseline.coalescing.max_in_flight,
                 max_hold_s=baseline.coalescing.max_hold_ms / 1000.0,
+                # The only login admitted here: nothing could share its round.
+                alone=lambda: self._admission.in_flight <= 1,
             )
-        # Logins held over the admission bound: what this deployment autoscales on.
-        self._load = LoadMeter(config.max_in_flight)
-        self._idle = IdleCpu()
-        self._admission = AdmissionGate(config.max_in_flight, load=self._load)
         self._retry_after_s = config.retry_after_s
         settings = get_settings()
         self._api_key_sha256 = settings.api_key_sha256

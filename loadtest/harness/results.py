@@ -86,12 +86,16 @@ def run_study(run: Callable[[], object], log: Log) -> int:
     def interrupt(signum: int, _frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, interrupt)
+    # Restored afterwards: a study run inside a longer-lived process (the test suite) must
+    # not leave that process turning every later SIGTERM into an interrupt of its own.
+    previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         run()
     except KeyboardInterrupt:
         log("interrupted; everything started has been stopped")
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
 
 

@@ -9,7 +9,7 @@ import skops.io
 from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier
 from threadpoolctl import threadpool_info
 
-from app.adapters.member_model import MemberGroupModel, MemberModel
+from app.adapters.member_model import InProcessGroupClient, MemberGroupModel, MemberModel
 from app.contract.artifacts import LoadedArtifact, sha256_of
 from app.contract.manifest import MemberEntry
 from tests.support import member
@@ -120,3 +120,41 @@ def test_group_predicts_run_with_one_openmp_thread():
     finally:
         group.close()
     assert saw and saw[0] and all(n == 1 for n in saw[0])
+
+
+def test_inline_client_scores_on_the_group_thread_through_a_plain_future():
+    predict = BlockingPredict()
+    group = MemberGroupModel([MemberModel(member("m0", 1.0), LoadedArtifact(None, predict, 2))])
+    client = InProcessGroupClient("inline", group)
+
+    async def main():
+        call = client.score(np.zeros((3, 2), np.float32))
+        # A future of the loop, not a coroutine: the fan-out round needs no task to wait on it.
+        assert isinstance(call, asyncio.Future)
+        await asyncio.get_running_loop().run_in_executor(None, predict.started.wait, 10)
+        loop_thread = threading.current_thread().name
+        predict.release.set()
+        return await call, loop_thread
+
+    try:
+        scores, loop_thread = asyncio.run(main())
+    finally:
+        client.close()
+    np.testing.assert_array_equal(scores, np.full((1, 3), 0.5))
+    assert predict.thread is not None and predict.thread != loop_thread
+
+
+def test_inline_client_with_an_injected_delay_scores_after_it():
+    quarter = LoadedArtifact(None, lambda m: np.full(m.shape[0], 0.25), 2)
+    group = MemberGroupModel([MemberModel(member("m0", 1.0), quarter)])
+    client = InProcessGroupClient("inline", group, delay_s=0.01)
+
+    async def main():
+        call = client.score(np.zeros((2, 2), np.float32))
+        assert not isinstance(call, asyncio.Future)  # the delay runs in the round's own task
+        return await call
+
+    try:
+        np.testing.assert_array_equal(asyncio.run(main()), np.full((1, 2), 0.25))
+    finally:
+        client.close()

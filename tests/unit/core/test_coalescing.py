@@ -212,9 +212,13 @@ def rows(*values):
     return np.array([[v, 0.0] for v in values])
 
 
-def scorer_for(*groups, max_in_flight=1, max_hold_s=0.1):
+def scorer_for(*groups, max_in_flight=1, max_hold_s=0.1, alone=None):
     return CoalescingScorer(
-        Fanout(list(groups)), max_rows=100, max_in_flight=max_in_flight, max_hold_s=max_hold_s
+        Fanout(list(groups)),
+        max_rows=100,
+        max_in_flight=max_in_flight,
+        max_hold_s=max_hold_s,
+        alone=alone,
     )
 
 
@@ -273,6 +277,85 @@ def test_stragglers_are_cancelled_once_every_reader_gave_up():
     assert all(r.missing == {"a": "timeout"} for r in results)
     assert slow.calls == [2]
     assert scorer._readers == {}  # nothing kept for abandoned rounds
+
+
+class Answering(Group):
+    """A group that answers through a future of the loop, as the supervisor's inline members
+    do: its call is made as the round starts, with no task of its own. `answer()` resolves
+    the calls made so far."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pending = []
+
+    def score(self, matrix):
+        self.calls.append(matrix.shape[0])
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append((future, self.factors * matrix[:, 0][None, :]))
+        return future
+
+    def answer(self):
+        for future, scores in self.pending:
+            future.set_result(scores)
+        self.pending.clear()
+
+
+def test_a_lone_login_reaches_the_members_in_its_own_loop_turn():
+    async def main():
+        group = Answering("g0", ["a"], [1.0])
+        scorer = scorer_for(group, max_hold_s=10.0, alone=lambda: True)
+        lone = asyncio.ensure_future(scorer.score(rows(0.5), 5.0))
+        await asyncio.sleep(0)  # one turn: the lone login's first step
+        assert group.calls == [1]  # no flush turn or batch task before its round started
+        # Its round holds the one slot: logins arriving now batch up behind it.
+        behind = [asyncio.ensure_future(scorer.score(rows(0.1), 5.0)) for _ in range(2)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert group.calls == [1]
+        group.answer()
+        await until(lambda: group.calls == [1, 2])
+        group.answer()
+        return await lone, await asyncio.gather(*behind)
+
+    lone, behind = run(main())
+    np.testing.assert_allclose(lone.answers[0].scores, [0.5])
+    for result in behind:
+        np.testing.assert_allclose(result.answers[0].scores, [0.1])
+
+
+def test_logins_in_progress_together_share_a_round_even_when_the_scorer_is_idle():
+    """Logins whose feature reads resolve in one turn reach the scorer in that turn: while
+    another login is in progress, a login waits that turn to share its round."""
+
+    async def main():
+        group = Answering("g0", ["a"], [1.0])
+        in_progress = 2
+        scorer = scorer_for(group, alone=lambda: in_progress <= 1)
+        pair = [asyncio.ensure_future(scorer.score(rows(0.1 * i), 5.0)) for i in (1, 2)]
+        await asyncio.sleep(0)
+        assert group.calls == []  # neither started a round of its own
+        await until(lambda: group.calls == [2])
+        group.answer()
+        return await asyncio.gather(*pair)
+
+    first, second = run(main())
+    np.testing.assert_allclose(first.answers[0].scores, [0.1])
+    np.testing.assert_allclose(second.answers[0].scores, [0.2])
+
+
+def test_a_group_that_fails_before_it_answers_is_that_groups_failure():
+    class Refusing(Group):
+        def score(self, matrix):
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    async def main():
+        return await scorer_for(Refusing("g0", ["a"], [1.0]), Group("g1", ["b"], [1.0])).score(
+            rows(0.2), 5.0
+        )
+
+    result = run(main())
+    assert [a.name for a in result.answers] == ["b"]
+    assert result.missing == {"a": "RuntimeError"}
 
 
 def test_request_queued_behind_full_rounds_times_out_with_every_member_missing():

@@ -67,6 +67,8 @@ def test_sigterm_unwinds_a_job_like_ctrl_c():
     previous = signal.getsignal(signal.SIGTERM)
     try:
         assert run_study(job, logged.append) == 130
+        # Given back: the caller's own SIGTERM handling is not changed for good.
+        assert signal.getsignal(signal.SIGTERM) is previous
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert cleaned == [True]
