@@ -3,7 +3,9 @@
 The policy is "send now if a slot is free, otherwise batch up behind the work in flight":
 at low load a call goes out on the next event-loop turn (no added wait), under load every
 call that arrives while `max_in_flight` batches are running joins the next batch. Batch size
-therefore grows with load by itself, with no timer to tune.
+therefore grows with load by itself, with no timer to tune. A caller that knows it is alone
+may skip that turn: it claims a free slot at once and runs its work itself
+(`Coalescer.claim_if_idle`, the scorer's lone-login path).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ class Coalescer(Generic[Item, Out]):
     """Queues submitted items and hands them to `run` in batches of at most `max_size`.
 
     `run(batch)` must resolve every pending future it is given (skipping ones already done:
-    their caller gave up). A batch holds its in-flight slot until `run` returns.
+    their caller gave up). A batch holds its in-flight slot until `run` returns; a slot
+    claimed with `claim_if_idle` is held until its claimer calls `free`.
     """
 
     def __init__(
@@ -141,7 +144,7 @@ class Coalescer(Generic[Item, Out]):
             self.free(slot)
 
     def free(self, slot: _Slot) -> None:
-        """Give a batch's slot back (once; later calls for the same slot do nothing)."""
+        """Give a slot back, a batch's or a claimed one (once; later calls do nothing)."""
         if not slot.freed:
             slot.freed = True
             self._in_flight -= 1
@@ -252,8 +255,7 @@ class CoalescingScorer:
             # or the round could not start: nobody answered in time.
             why = _why_not_sent(queued)
             self._abandon(queued)
-            missing = {name: why for name in self._fanout.member_order}
-            return FanoutResult([], missing, budget_s * 1000.0)
+            return self._unanswered(why, budget_s * 1000.0)
         share = queued.result()
         try:
             await share.round.wait(deadline - loop.time())
@@ -270,19 +272,31 @@ class CoalescingScorer:
         the batch's task or the wait for a share: at c=1 those were most of the loop's work
         per login.
         """
+        loop = asyncio.get_running_loop()
+        if deadline <= loop.time():  # no predict for a login that can no longer use it
+            self._coalescer.free(slot)
+            return self._unanswered("timeout", 0.0)
         try:
             round_ = self._launch(matrix, readers=1)
+        except Exception as exc:  # as in a batch: every member missing, not an error
+            self._coalescer.free(slot)
+            return self._unanswered(type(exc).__name__, 0.0)
         except BaseException:
             self._coalescer.free(slot)
             raise
         self._hold(round_, functools.partial(self._coalescer.free, slot))
         try:
-            await round_.wait(deadline - asyncio.get_running_loop().time())
+            await round_.wait(deadline - loop.time())
             return self._fanout.ordered(round_.result())
         finally:
             self._release(round_)
 
+    def _unanswered(self, why: str, elapsed_ms: float) -> FanoutResult:
+        return FanoutResult([], {name: why for name in self._fanout.member_order}, elapsed_ms)
+
     async def _run(self, batch: list[Pending[np.ndarray, _Share]]) -> None:
+        if all(p.future.done() for p in batch):  # every caller gave up after the flush
+            return
         matrix = batch[0].item if len(batch) == 1 else np.concatenate([p.item for p in batch])
         round_ = self._launch(matrix, readers=len(batch))
         start = 0

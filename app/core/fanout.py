@@ -127,10 +127,6 @@ class FanoutRound:
                 return
             await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
-    async def finished(self) -> None:
-        """Until every group answered, failed or was cancelled."""
-        await asyncio.shield(self._finished)
-
     def when_finished(self, callback: Callable[[], None]) -> None:
         """Call `callback` once every group answered, failed or was cancelled."""
         self._finished.add_done_callback(lambda _: callback())

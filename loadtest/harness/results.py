@@ -95,7 +95,9 @@ def run_study(run: Callable[[], object], log: Log) -> int:
         log("interrupted; everything started has been stopped")
         return 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        # None: the handler was not installed from Python; nothing to give back then.
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 

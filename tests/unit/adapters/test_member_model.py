@@ -150,11 +150,15 @@ def test_inline_client_with_an_injected_delay_scores_after_it():
     client = InProcessGroupClient("inline", group, delay_s=0.01)
 
     async def main():
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         call = client.score(np.zeros((2, 2), np.float32))
         assert not isinstance(call, asyncio.Future)  # the delay runs in the round's own task
-        return await call
+        return await call, loop.time() - started
 
     try:
-        np.testing.assert_array_equal(asyncio.run(main()), np.full((1, 2), 0.25))
+        scores, took_s = asyncio.run(main())
     finally:
         client.close()
+    np.testing.assert_array_equal(scores, np.full((1, 2), 0.25))
+    assert took_s >= 0.01  # the injected delay was not skipped

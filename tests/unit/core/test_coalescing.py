@@ -358,6 +358,17 @@ def test_a_group_that_fails_before_it_answers_is_that_groups_failure():
     assert result.missing == {"a": "RuntimeError"}
 
 
+# The first login of a test either batched (a turn, the batch's task) or the only one in
+# progress (its round in its own task): slots and rounds must be given back either way.
+BOTH_PATHS = pytest.mark.parametrize(
+    "alone", [None, lambda: True], ids=["batched", "lone"]
+)
+
+
+def all_given_back(scorer):
+    return scorer._coalescer.in_flight == 0 and scorer._readers == {}
+
+
 def test_request_queued_behind_full_rounds_times_out_with_every_member_missing():
     async def main():
         slow = Group("g0", ["a", "b"], [1.0, 1.0], released=False)
@@ -376,26 +387,30 @@ def test_request_queued_behind_full_rounds_times_out_with_every_member_missing()
     assert slow.calls == [1]  # the timed-out request never went out
 
 
-def test_cancelled_request_cancels_the_round_it_alone_was_waiting_for():
+@BOTH_PATHS
+def test_cancelled_request_cancels_the_round_it_alone_was_waiting_for(alone):
     async def main():
         slow = Group("g0", ["a"], [1.0], released=False)
-        scorer = scorer_for(slow)
+        scorer = scorer_for(slow, max_hold_s=10.0, alone=alone)
         task = asyncio.ensure_future(scorer.score(rows(0.1), 10.0))
         await until(lambda: slow.calls == [1])
         task.cancel()  # the HTTP client went away
         with pytest.raises(asyncio.CancelledError):
             await task
         await until(lambda: slow.cancelled == 1)
-        return scorer._readers
+        # Long before the 10 s hold: the cancelled round gave its slot back.
+        await until(lambda: all_given_back(scorer))
+        return True
 
-    assert run(main()) == {}
+    assert run(main())
 
 
-def test_a_stuck_member_does_not_stall_later_requests_in_the_queue():
+@BOTH_PATHS
+def test_a_stuck_member_does_not_stall_later_requests_in_the_queue(alone):
     async def main():
         quick = Group("g0", ["a"], [1.0])
         stuck = Group("g1", ["b"], [1.0], released=False)
-        scorer = scorer_for(quick, stuck, max_hold_s=0.05)
+        scorer = scorer_for(quick, stuck, max_hold_s=0.05, alone=alone)
         first = asyncio.ensure_future(scorer.score(rows(0.1), 30.0))
         await until(lambda: stuck.calls == [1])
         later = asyncio.ensure_future(scorer.score(rows(0.2), 30.0))
@@ -406,28 +421,48 @@ def test_a_stuck_member_does_not_stall_later_requests_in_the_queue():
             await asyncio.sleep(0.01)
         assert not first.done()
         stuck.gate.set()
-        return quick, await first, await later
+        answers = await first, await later
+        await until(lambda: all_given_back(scorer))
+        return quick, *answers, True
 
-    quick, first, later = run(asyncio.wait_for(main(), 10))
+    quick, first, later, given_back = run(asyncio.wait_for(main(), 10))
+    assert given_back
     assert quick.calls == [1, 1]
     assert [a.name for a in first.answers] == [a.name for a in later.answers] == ["a", "b"]
 
 
-def test_requests_caught_by_shutdown_get_an_answer_not_an_error():
+@BOTH_PATHS
+def test_requests_caught_by_shutdown_get_an_answer_not_an_error(alone):
     async def main():
         slow = Group("g0", ["a"], [1.0], released=False)
-        scorer = scorer_for(slow, max_hold_s=10.0)
+        scorer = scorer_for(slow, max_hold_s=10.0, alone=alone)
         running = asyncio.ensure_future(scorer.score(rows(0.1), 10.0))
         await until(lambda: slow.calls == [1])
         queued = asyncio.ensure_future(scorer.score(rows(0.2), 10.0))
         await asyncio.sleep(0)
         scorer.close()  # replica shutdown
-        return slow, await running, await queued
+        answers = await running, await queued
+        await until(lambda: all_given_back(scorer))
+        return slow, *answers
 
     slow, running, queued = run(asyncio.wait_for(main(), 10))
     assert running.missing == {"a": "timeout"}  # its round was cancelled
     assert queued.missing == {"a": "shutdown"}  # it never went out
     assert slow.cancelled == 1
+
+
+@BOTH_PATHS
+def test_a_login_with_no_budget_left_sends_no_work(alone):
+    async def main():
+        group = Group("g0", ["a", "b"], [1.0, 1.0])
+        scorer = scorer_for(group, alone=alone)
+        result = await scorer.score(rows(0.1), 0.0)
+        await until(lambda: all_given_back(scorer))
+        return group, result
+
+    group, result = run(main())
+    assert group.calls == []  # nothing predicted for a login that could not use it
+    assert result.answers == [] and result.missing == {"a": "timeout", "b": "timeout"}
 
 
 def test_one_logins_bad_rows_leave_the_member_out_of_that_login_only():
