@@ -58,10 +58,11 @@ def _one_openmp_thread() -> None:
 class MemberGroupModel:
     """Several members in one process, scored one after another on the same matrix.
 
-    Predicts run on the group's own single worker thread (`score_async`, `score_many_async`),
-    never on the caller's event loop: a replica's loop must keep serving health checks, cancellations and
-    new requests while a batch is being scored. XGBoost and scikit-learn's tree code release
-    the GIL while they predict, so the loop really does run meanwhile.
+    Predicts run on the group's own single worker thread (`score_async` and
+    `score_many_async`), never on the caller's event loop: a replica's loop must keep
+    serving health checks, cancellations and new requests while a batch is being scored.
+    XGBoost and scikit-learn's tree code release the GIL while they predict, so the loop
+    really does run meanwhile.
     """
 
     def __init__(self, models: Sequence[MemberModel]) -> None:
