@@ -69,6 +69,13 @@ VARIANTS: dict[str, Variant] = {
             edge=False,
         ),
         Variant(
+            "deep-edge-queue",
+            "HAProxy's queue for the supervisors effectively uncapped (edge_max_queued "
+            "10000): a login past the replicas' slots waits up to the queue timeout before "
+            "its 503, as before the cap",
+            args={"admission": {"edge_max_queued": 10_000}},
+        ),
+        Variant(
             "per-member",
             "layout per_member: one deployment per member (the case study's shape), members "
             "at num_cpus 0.1 as in serve_config.production-layout.yaml",

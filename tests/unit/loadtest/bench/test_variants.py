@@ -61,9 +61,11 @@ def test_each_variant_is_a_valid_config_differing_in_its_lever_only(tmp_path, na
     changed_args = {k for k in type(args).model_fields if getattr(args, k) != getattr(base_args, k)}
     assert changed_args == set(variant.args)
     changed_env = {k for k in env.keys() | shipped_env.keys() if env.get(k) != shipped_env.get(k)}
-    # A variant without the edge drops its two settings (serve_config.edge_env), nothing else.
+    # A variant without the edge drops its two settings (serve_config.edge_env), nothing else;
+    # one changing the edge's admission settings changes the edge's config, nothing else.
     edge_off = set() if variant.edge else {"RAY_SERVE_HAPROXY_BINARY_PATH", EDGE_ENV}
-    assert changed_env == set(variant.ray_env) | edge_off
+    edge_changed = {EDGE_ENV} if variant.edge and "admission" in variant.args else set()
+    assert changed_env == set(variant.ray_env) | edge_off | edge_changed
     replica = document["applications"][0]["runtime_env"]["env_vars"]
     base_replica = shipped["applications"][0]["runtime_env"]["env_vars"]
     assert {k: v for k, v in replica.items() if base_replica.get(k) != v} == variant.replica_env
@@ -80,6 +82,7 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["grpc-off"].ray_env == {"RAY_SERVE_USE_GRPC_BY_DEFAULT": "0"}
     assert VARIANTS["no-coalescing"].args == {"coalescing": {"enabled": False}}
     assert VARIANTS["production-uncoalesced"].base == PRODUCTION
+    assert VARIANTS["deep-edge-queue"].args == {"admission": {"edge_max_queued": 10_000}}
 
 
 def test_planned_production_runs_the_layout_k8s_ships():
