@@ -48,6 +48,11 @@ class AdmissionGate:
             self._load.enter()
         return True
 
+    def alone(self) -> bool:
+        """Whether at most one login is in flight here: the caller, if it was admitted. No
+        other login could then share its work (the coalescer's lone-login path)."""
+        return self.in_flight <= 1
+
     def leave(self) -> None:
         if self.in_flight <= 0:
             raise RuntimeError("AdmissionGate.leave() without a matching try_enter()")

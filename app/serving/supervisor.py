@@ -169,8 +169,7 @@ class Supervisor:
                 max_rows=baseline.coalescing.max_rows,
                 max_in_flight=baseline.coalescing.max_in_flight,
                 max_hold_s=baseline.coalescing.max_hold_ms / 1000.0,
-                # The only login admitted here: nothing could share its round.
-                alone=lambda: self._admission.in_flight <= 1,
+                alone=self._admission.alone,
             )
         self._retry_after_s = config.retry_after_s
         settings = get_settings()

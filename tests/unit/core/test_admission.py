@@ -17,6 +17,14 @@ def test_gate_admits_up_to_its_bound_then_refuses_until_one_leaves():
     assert (gate.in_flight, gate.admitted, gate.refused) == (2, 3, 1)
 
 
+def test_a_login_is_alone_only_while_no_other_is_in_flight():
+    gate = AdmissionGate(4)
+    assert gate.try_enter() and gate.alone()
+    assert gate.try_enter() and not gate.alone()  # the two could share a fan-out
+    gate.leave()
+    assert gate.alone()
+
+
 def test_gate_rejects_a_leave_without_an_enter_and_a_zero_bound():
     with pytest.raises(RuntimeError):
         AdmissionGate(1).leave()
