@@ -22,16 +22,27 @@ class ProbeResult:
 
 
 def latency_probe(
-    port: int, route_prefix: str, game: str, players: int, requests: int = 300, warmup: int = 30
+    port: int,
+    route_prefix: str,
+    game: str,
+    players: int,
+    requests: int = 300,
+    warmup: int = 30,
+    think_s: float = 0.0,
+    seed: int = 7,
 ) -> ProbeResult:
-    """Time `requests` sequential logins of seeded players (after `warmup` untimed ones)."""
+    """Time `requests` sequential logins of seeded players (after `warmup` untimed ones),
+    `think_s` apart (0: back to back, the bench's c=1). Players are drawn with `seed`: probes
+    of one system that must not hit its feature cache need seeds of their own."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     headers = {"Content-Type": "application/json"}
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(seed)
     latencies: list[float] = []
     errors = 0
     try:
         for i in range(warmup + requests):
+            if think_s > 0 and i > 0:
+                time.sleep(think_s)
             body = json.dumps({"player_id": player_id(int(rng.integers(players))), "game": game})
             started = time.perf_counter()
             connection.request("POST", f"{route_prefix}/v1/offers", body, headers)

@@ -24,8 +24,9 @@ QUEUED = 2
 BEYOND = 5
 
 
-def rendered_by_ray(tmp_path, http_port: int, replica_port: int) -> str:
-    """haproxy.cfg as Serve's HAProxyApi writes it: one application, one ingress replica."""
+def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
+    """haproxy.cfg as Serve's HAProxyApi writes it: one application, an ingress replica on
+    each of `replica_ports`."""
     from ray.serve._private.haproxy import (
         BackendConfig,
         HAProxyApi,
@@ -48,7 +49,15 @@ def rendered_by_ray(tmp_path, http_port: int, replica_port: int) -> str:
     backend = BackendConfig(
         name=HAProxyManager.get_safe_name(f"http-{APP}"),
         path_prefix="/galaxy-raiders/2026-11",
-        servers=[ServerConfig(f"{APP}-r1", "127.0.0.1", replica_port)],
+        servers=[
+            # Named as Serve names a replica's server (its actor name, made safe).
+            ServerConfig(
+                HAProxyManager.get_safe_name(f"SERVE_REPLICA::{APP}#supervisor#r{i}"),
+                "127.0.0.1",
+                port,
+            )
+            for i, port in enumerate(replica_ports, start=1)
+        ],
         fallback_server=ServerConfig("head-proxy", "127.0.0.1", free_port()),
         app_name=APP,
         ingress_deployment_name="supervisor",

@@ -1,0 +1,207 @@
+"""Where the ensemble's c=1 latency goes against legacy's: the same probe as the bench's c=1,
+over paths that each remove one difference, interleaved in rounds.
+
+    .venv/bin/python -m loadtest.bench.c1_path --rounds 5
+
+Starts the shipped ensemble (serve_config.yaml's first application, the bench's derived
+config, through Serve's HAProxy ingress with the edge's admission) and the legacy peer
+side by side against one seeded dynalite, then probes, in every round and in this order:
+
+  legacy                   the bench's c=1: one keep-alive connection, so one uvicorn worker
+  legacy, paced            the same, `--think-ms` between logins
+  replica                  one supervisor replica's own direct-ingress port (no HAProxy)
+  replica, paced           the same, `--think-ms` between logins
+  haproxy, one replica     through HAProxy, every other replica of the backend in `maint`
+  haproxy                  through HAProxy as shipped (`balance leastconn` over the replicas)
+
+Every probe draws players of its own (the supervisors' 30 s feature cache would otherwise
+answer a later probe's reads, and legacy has none). What each difference costs, paired
+within each round: HAProxy's hop = "haproxy, one replica" − "replica"; spreading
+logins over the replicas = "haproxy" − "haproxy, one replica"; the replica's own path
+against legacy's = "replica" − "legacy"; idle time between logins = the paced paths − their
+back-to-back ones. Nothing is isolated by cgroup here (unlike the bench): both systems share
+the host, idle while the other is probed. Writes loadtest/results/<timestamp>-c1path/
+(c1_path.json) and prints a table of medians with their min-max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from app.config.settings import get_settings
+from app.local.dynalite import Dynalite
+from app.local.processes import PROJECT_ROOT, free_port
+from app.local.seeding import ensure_table, seed_game
+from app.local.serve_config import configured_apps
+from loadtest.bench.peers import LegacySystem
+from loadtest.harness.haproxy_admin import BackendServer, HAProxyAdmin
+from loadtest.harness.probe import latency_probe
+from loadtest.harness.results import (
+    machine_info,
+    parse_study_args,
+    results_folder,
+    run_study,
+    spread,
+    study_log,
+    study_parser,
+)
+from loadtest.harness.systems import EnsembleSystem, derived_serve_config
+from models.train import ensure_trained
+
+TABLE = "player-features-c1path"
+PATHS = (
+    "legacy",
+    "legacy, paced",
+    "replica",
+    "replica, paced",
+    "haproxy, one replica",
+    "haproxy",
+)
+# name -> (minuend, subtrahend): what one difference between the two systems costs.
+DIFFERENCES = {
+    "haproxy's hop": ("haproxy, one replica", "replica"),
+    "spreading over the replicas": ("haproxy", "haproxy, one replica"),
+    "replica's path against legacy's": ("replica", "legacy"),
+    "idle time, replica": ("replica, paced", "replica"),
+    "idle time, legacy": ("legacy, paced", "legacy"),
+    "as the bench sees it (haproxy against legacy)": ("haproxy", "legacy"),
+}
+
+log = study_log("c1path")
+
+
+def differences(runs: dict[str, list[float]]) -> dict[str, dict[str, float] | None]:
+    """Each of DIFFERENCES, paired within each round (the two probes ran a few seconds
+    apart): the median of the rounds' differences of p50 (ms), with its min-max."""
+    out: dict[str, dict[str, float] | None] = {}
+    for name, (minuend, subtrahend) in DIFFERENCES.items():
+        pairs = zip(runs.get(minuend, []), runs.get(subtrahend, []), strict=False)
+        out[name] = spread((a - b for a, b in pairs), digits=2)
+    return out
+
+
+@contextmanager
+def only_replica(
+    admin: HAProxyAdmin, backend: str, keep: BackendServer, others: list[BackendServer]
+) -> Iterator[None]:
+    """Every replica server of `backend` but `keep` in `maint` for the block, then `ready`."""
+    for server in others:
+        admin.set_state(backend, server.name, "maint")
+    try:
+        yield
+    finally:
+        for server in others:
+            admin.set_state(backend, server.name, "ready")
+
+
+def run(args: argparse.Namespace) -> Path:
+    app = configured_apps(args.config)[0]
+    folder = results_folder("c1path")
+    version_dir = ensure_trained(
+        app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
+    )
+    game = app.args.game
+    think_s = args.think_ms / 1000.0
+    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
+        client = dynalite.client(timeout_s=10.0)
+        ensure_table(client, TABLE)
+        seed_game(client, TABLE, game, args.players)
+        port = free_port()
+        config, prefix, ray_env = derived_serve_config(
+            args.config,
+            profile=args.profile,
+            port=port,
+            endpoint_url=dynalite.endpoint_url,
+            table=TABLE,
+            out=folder / "serve.yaml",
+        )
+        ensemble = EnsembleSystem(config, prefix, port, folder / "ensemble.log", ray_env)
+        legacy = LegacySystem(
+            version_dir, prefix, free_port(), dynalite.endpoint_url, TABLE, folder / "legacy.log"
+        )
+        with ensemble, legacy:
+            assert ensemble.process is not None
+            admin = HAProxyAdmin.of(ensemble.process.tree())
+            backend = f"http-{app.name}"
+            replicas = [s for s in admin.servers(backend) if s.is_replica]
+            if len(replicas) < 2:
+                raise SystemExit(f"{backend} has {len(replicas)} replica server(s); need 2+")
+            keep, others = replicas[0], replicas[1:]
+            log(f"{backend}: replicas {[(s.name, s.port) for s in replicas]}; probing {keep.port}")
+
+            def probe(port_: int, think: float = 0.0) -> Callable[[int], Any]:
+                return lambda seed: latency_probe(
+                    port_, prefix, game, args.players, args.requests, think_s=think, seed=seed
+                )
+
+            probes: dict[str, Callable[[int], Any]] = {
+                "legacy": probe(legacy.port),
+                "legacy, paced": probe(legacy.port, think_s),
+                "replica": probe(keep.port),
+                "replica, paced": probe(keep.port, think_s),
+                "haproxy, one replica": probe(port),
+                "haproxy": probe(port),
+            }
+            runs: dict[str, list[float]] = {name: [] for name in PATHS}
+            errors = 0
+            for round_ in range(1, args.rounds + 1):
+                for index, name in enumerate(PATHS):
+                    # Players of their own for every probe: the supervisors' feature cache
+                    # (30 s) would otherwise answer a later probe's reads, legacy's never.
+                    seed = 1000 * round_ + index
+                    if name == "haproxy, one replica":
+                        with only_replica(admin, backend, keep, others):
+                            result = probes[name](seed)
+                    else:
+                        result = probes[name](seed)
+                    runs[name].append(result.p50_ms)
+                    errors += result.errors
+                    log(f"round {round_} {name}: c=1 p50 {result.p50_ms:.2f} ms")
+                    time.sleep(0.5)
+    p50s = {name: spread(values, digits=2) for name, values in runs.items()}
+    report: dict[str, Any] = {
+        "command": args.command,
+        "machine": machine_info(),
+        "rounds": args.rounds,
+        "requests_per_probe": args.requests,
+        "think_ms": args.think_ms,
+        "errors": errors,
+        "c1_p50_ms": p50s,
+        "differences_ms": differences(runs),
+        "runs": runs,
+    }
+    (folder / "c1_path.json").write_text(json.dumps(report, indent=2) + "\n")
+    print("| path | c=1 p50 (ms), median [min–max] |\n|---|---|")
+    for name, s in p50s.items():
+        print(f"| {name} | {s['median']} [{s['min']}–{s['max']}] |" if s else f"| {name} | - |")
+    print("\n| difference | ms, median of the rounds' differences [min–max] |\n|---|---|")
+    for name, d in report["differences_ms"].items():
+        print(f"| {name} | {d['median']} [{d['min']}–{d['max']}] |" if d else f"| {name} | - |")
+    print(f"errors: {errors}")
+    log(f"report: {folder / 'c1_path.json'}")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = study_parser("loadtest.bench.c1_path", __doc__)
+    parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
+    parser.add_argument("--profile", default="standard", help="member-cost profile")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--requests", type=int, default=300, help="timed logins per probe")
+    parser.add_argument("--players", type=int, default=10_000)
+    parser.add_argument(
+        "--think-ms", type=float, default=12.0, help="pause between logins of a paced probe"
+    )
+    args = parse_study_args(parser, argv)
+    return run_study(lambda: run(args), log)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""HAProxy's runtime API (its admin socket), as Serve's HAProxy ingress starts it: which
+replica servers a backend holds, and taking one out of rotation for a measurement.
+
+Found from the system's own process tree (the `haproxy` process's `-f <config>` and that
+config's `stats socket` line), never from a path guessed under /tmp.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+# A Serve replica's server line, as Serve 2.60's template names it (the Python proxy's
+# `backup` fallback server is named SERVE_PROXY_ACTOR-…).
+REPLICA_PREFIX = "SERVE_REPLICA_"
+STATES = ("ready", "drain", "maint")
+
+
+@dataclass(frozen=True)
+class BackendServer:
+    name: str
+    address: str
+    port: int
+
+    @property
+    def is_replica(self) -> bool:
+        return self.name.startswith(REPLICA_PREFIX)
+
+
+def stats_socket(config_text: str) -> Path:
+    """The admin socket a generated haproxy.cfg declares (`stats socket <path> …`)."""
+    for line in config_text.splitlines():
+        words = line.split()
+        if words[:2] == ["stats", "socket"] and len(words) > 2:
+            return Path(words[2])
+    raise ValueError("the HAProxy config declares no `stats socket`")
+
+
+def config_path(cmdline: list[str]) -> Path | None:
+    """The `-f <config>` of an haproxy command line; None if it has none."""
+    for flag, value in zip(cmdline, cmdline[1:], strict=False):
+        if flag == "-f":
+            return Path(value)
+    return None
+
+
+def parse_servers_state(text: str, backend: str) -> list[BackendServer]:
+    """Servers of `backend` from `show servers state <backend>`'s answer.
+
+    The answer is a version line, a `#` header naming the columns, then one row per server;
+    the columns are read by the header's names, not by position."""
+    header: list[str] | None = None
+    servers: list[BackendServer] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            header = line.lstrip("# ").split()
+            continue
+        if header is None or not line.strip():
+            continue
+        row = dict(zip(header, line.split(), strict=False))
+        if row.get("be_name") != backend:
+            continue
+        servers.append(BackendServer(row["srv_name"], row["srv_addr"], int(row["srv_port"])))
+    if header is None:
+        raise ValueError(f"not an answer of `show servers state`: {text[:200]!r}")
+    return servers
+
+
+class HAProxyAdmin:
+    """Commands on one HAProxy's admin socket."""
+
+    def __init__(self, socket_path: Path) -> None:
+        self.socket_path = socket_path
+
+    @classmethod
+    def of(cls, processes: Iterable[psutil.Process]) -> HAProxyAdmin:
+        """The admin socket of the `haproxy` process among `processes` (a system's tree)."""
+        for process in processes:
+            try:
+                if process.name() != "haproxy":
+                    continue
+                found = config_path(process.cmdline())
+            except psutil.Error:
+                continue
+            if found is not None and found.is_file():
+                return cls(stats_socket(found.read_text()))
+        raise LookupError("no haproxy process with a readable -f config in the process tree")
+
+    def command(self, line: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(5.0)
+            conn.connect(str(self.socket_path))
+            conn.sendall(line.encode() + b"\n")
+            chunks: list[bytes] = []
+            while chunk := conn.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def servers(self, backend: str) -> list[BackendServer]:
+        return parse_servers_state(self.command(f"show servers state {backend}"), backend)
+
+    def set_state(self, backend: str, server: str, state: str) -> None:
+        if state not in STATES:
+            raise ValueError(f"state must be one of {STATES}, not {state!r}")
+        answer = self.command(f"set server {backend}/{server} state {state}")
+        if answer.strip():  # HAProxy answers an accepted `set server` with an empty line
+            raise RuntimeError(f"HAProxy refused `set server {backend}/{server}`: {answer!r}")

