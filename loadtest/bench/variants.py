@@ -76,6 +76,18 @@ VARIANTS: dict[str, Variant] = {
             args={"admission": {"edge_max_queued": 10_000}},
         ),
         Variant(
+            "shallow-edge-queue",
+            "HAProxy's queue for the supervisors one login deep (edge_max_queued 1): a login "
+            "past the replicas' slots is refused at once unless it is the only one waiting",
+            args={"admission": {"edge_max_queued": 1}},
+        ),
+        Variant(
+            "short-edge-queue",
+            "HAProxy's queue for the supervisors as shipped, its timeout 5 ms "
+            "(edge_queue_timeout_ms 5): a queued login is refused after 5 ms, not 30",
+            args={"admission": {"edge_queue_timeout_ms": 5}},
+        ),
+        Variant(
             "per-member",
             "layout per_member: one deployment per member (the case study's shape), members "
             "at num_cpus 0.1 as in serve_config.production-layout.yaml",
