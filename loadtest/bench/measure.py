@@ -9,6 +9,7 @@ import argparse
 import json
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from app.local.processes import free_port
 from loadtest.bench import capacity
 from loadtest.bench.peers import LegacySystem, PoolSystem
 from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
+from loadtest.harness.haproxy_admin import HAProxyAdmin, Refusals
 from loadtest.harness.isolation import CpuIsolation
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.probe import latency_probe
@@ -129,9 +131,10 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
                 else {}
             )
             if not args.c1_only:
+                refusals = edge_refusals(system)
 
                 def run_level(offered: int) -> bool:
-                    step = _level(name, target, offered, args, out)
+                    step = _level(name, target, offered, args, out, refusals)
                     steps.append(step)
                     return step["held"]
 
@@ -194,21 +197,69 @@ def _at_fixed_rate(
     }
 
 
+def edge_refusals(system: System) -> Callable[[], Refusals] | None:
+    """Reads who refused the ensemble's logins at its HAProxy (loadtest.harness.haproxy_admin):
+    None for a peer, or an ensemble without HAProxy (the python-proxy variant)."""
+    if not isinstance(system, EnsembleSystem) or system.process is None:
+        return None
+    try:
+        admin = HAProxyAdmin.of(system.process.tree())
+        backends = admin.app_backends()
+    except (LookupError, OSError, ValueError) as exc:
+        log(f"{system.name}: refusals at the edge not recorded: {exc}")
+        return None
+    if len(backends) != 1:  # the bench serves one application
+        log(f"{system.name}: refusals at the edge not recorded: backends {backends}")
+        return None
+    return lambda: admin.refusals(backends[0])
+
+
+def _refusals_during(
+    refusals: Callable[[], Refusals] | None, run: Callable[[], Any]
+) -> tuple[Any, dict[str, int] | None]:
+    """`run()`, and the edge's refusals while it ran. None if unreadable, or if HAProxy
+    restarted meanwhile (Serve reloads it when replicas change, and its counters start over)."""
+    before = _read(refusals)
+    result = run()
+    after = _read(refusals)
+    if before is None or after is None:
+        return result, None
+    delta = (after - before).as_dict()
+    return result, None if min(delta.values()) < 0 else delta
+
+
+def _read(refusals: Callable[[], Refusals] | None) -> Refusals | None:
+    if refusals is None:
+        return None
+    try:
+        return refusals()
+    except (LookupError, OSError, ValueError):
+        return None
+
+
 def levels(spec: str) -> list[int]:
     return [int(x) for x in spec.split(",") if x.strip()]
 
 
 def _level(
-    name: str, target: LoadTarget, offered: int, args: argparse.Namespace, out: Path
+    name: str,
+    target: LoadTarget,
+    offered: int,
+    args: argparse.Namespace,
+    out: Path,
+    refusals: Callable[[], Refusals] | None = None,
 ) -> dict[str, Any]:
     users = max(1, round(offered / args.user_rps))
-    result = run_locust(
-        target,
-        out / f"{name}-step-{offered:04d}",
-        users=users,
-        user_rps=args.user_rps,
-        run_time_s=args.step_seconds,
-        arrivals="open",
+    result, refused = _refusals_during(
+        refusals,
+        lambda: run_locust(
+            target,
+            out / f"{name}-step-{offered:04d}",
+            users=users,
+            user_rps=args.user_rps,
+            run_time_s=args.step_seconds,
+            arrivals="open",
+        ),
     )
     verdict = capacity.judge(result, offered)
     log(
@@ -216,6 +267,7 @@ def _level(
         f"({result.rps:.1f} logins/s), p50 {result.p50_ms:.0f} / p95 {result.p95_ms:.0f} / "
         f"p99 {result.p99_ms:.0f} ms: "
         + ("held" if verdict.held else "NOT held: " + "; ".join(verdict.reasons))
+        + (f" (edge: {refused})" if refused and any(refused.values()) else "")
     )
     return {
         "offered_rps": offered,
@@ -232,4 +284,7 @@ def _level(
         "p99_ms": result.p99_ms,
         "fallback_share": round(result.fallback_share, 6),
         "outcomes": result.outcomes,
+        # Who refused (HAProxy's queue cap or queue timeout, or a supervisor), for the
+        # ensemble through HAProxy; None otherwise (loadtest.harness.haproxy_admin.Refusals).
+        "edge_refusals": refused,
     }

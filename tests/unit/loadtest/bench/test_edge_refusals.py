@@ -1,0 +1,41 @@
+"""The bench's record of who refused a step's logins: the difference of two readings of
+HAProxy's counters, or nothing when they cannot be trusted."""
+
+import pytest
+
+from loadtest.bench.measure import _refusals_during
+from loadtest.harness.haproxy_admin import Refusals
+
+pytestmark = pytest.mark.unit
+
+
+def readings(*values):
+    """A reader that returns `values` one after another (an OSError for an Exception)."""
+    queue = list(values)
+
+    def read():
+        value = queue.pop(0)
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    return read
+
+
+def test_a_step_records_what_was_refused_while_it_ran():
+    read = readings(Refusals(1, 0, 2, 1), Refusals(4, 1, 5, 5))
+    result, refused = _refusals_during(read, lambda: "locust result")
+    assert result == "locust result"
+    assert refused == {"queue_full": 3, "queue_timeout": 1, "by_servers": 3, "by_haproxy": 4}
+
+
+def test_counters_that_started_over_are_not_a_record():
+    # Serve reloads HAProxy when the replicas change; the new process counts from zero.
+    read = readings(Refusals(40, 3, 9, 43), Refusals(2, 0, 1, 2))
+    assert _refusals_during(read, lambda: None) == (None, None)
+
+
+def test_no_haproxy_or_an_unreadable_socket_records_nothing():
+    assert _refusals_during(None, lambda: 7) == (7, None)
+    read = readings(Refusals(), OSError("gone"))
+    assert _refusals_during(read, lambda: 7) == (7, None)
