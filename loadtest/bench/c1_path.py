@@ -5,7 +5,8 @@ over paths that each remove one difference, interleaved in rounds.
 
 Starts the shipped ensemble (serve_config.yaml's first application, the bench's derived
 config, through Serve's HAProxy ingress with the edge's admission) and the legacy peer
-side by side against one seeded dynalite, then probes, in every round and in this order:
+side by side against one seeded dynalite, then probes, in every round, in an order of the
+round's own (shuffled with `--seed`):
 
   legacy                   the bench's c=1: one keep-alive connection, so one uvicorn worker
   legacy, paced            the same, `--think-ms` between logins
@@ -14,8 +15,9 @@ side by side against one seeded dynalite, then probes, in every round and in thi
   haproxy, one replica     through HAProxy, every other replica of the backend in `maint`
   haproxy                  through HAProxy as shipped (`balance leastconn` over the replicas)
 
-Every probe draws players of its own (the supervisors' 30 s feature cache would otherwise
-answer a later probe's reads, and legacy has none). What each difference costs, paired
+Every probe logs in players no other probe does (disjoint blocks of the seeded table): the
+supervisors' 30 s feature cache would otherwise answer a later probe's reads, and legacy
+has none. What each difference costs, paired
 within each round: HAProxy's hop = "haproxy, one replica" − "replica"; spreading
 logins over the replicas = "haproxy" − "haproxy, one replica"; the replica's own path
 against legacy's = "replica" − "legacy"; idle time between logins = the paced paths − their
@@ -28,9 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,7 @@ from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest.bench.peers import LegacySystem
 from loadtest.harness.haproxy_admin import BackendServer, HAProxyAdmin
-from loadtest.harness.probe import latency_probe
+from loadtest.harness.probe import ProbeResult, latency_probe
 from loadtest.harness.results import (
     machine_info,
     parse_study_args,
@@ -56,6 +59,7 @@ from loadtest.harness.systems import EnsembleSystem, derived_serve_config
 from models.train import ensure_trained
 
 TABLE = "player-features-c1path"
+WARMUP = 30  # untimed logins at the start of every probe
 PATHS = (
     "legacy",
     "legacy, paced",
@@ -88,17 +92,31 @@ def differences(runs: dict[str, list[float]]) -> dict[str, dict[str, float] | No
 
 
 @contextmanager
-def only_replica(
-    admin: HAProxyAdmin, backend: str, keep: BackendServer, others: list[BackendServer]
-) -> Iterator[None]:
-    """Every replica server of `backend` but `keep` in `maint` for the block, then `ready`."""
-    for server in others:
-        admin.set_state(backend, server.name, "maint")
+def only_replica(admin: HAProxyAdmin, backend: str, others: list[BackendServer]) -> Iterator[None]:
+    """`others` (every replica server of `backend` but one) in `maint` for the block, each
+    put back to `ready` afterwards, also when the block or one of the changes fails."""
+    changed: list[BackendServer] = []
     try:
+        for server in others:
+            admin.set_state(backend, server.name, "maint")
+            changed.append(server)
         yield
     finally:
-        for server in others:
-            admin.set_state(backend, server.name, "ready")
+        failed: list[str] = []
+        for server in changed:
+            try:
+                admin.set_state(backend, server.name, "ready")
+            except (OSError, RuntimeError) as exc:
+                failed.append(f"{server.name}: {exc}")
+        if failed:
+            raise RuntimeError(f"replicas left out of rotation: {failed}")
+
+
+def player_blocks(rounds: int, paths: int, per_probe: int) -> list[list[range]]:
+    """Disjoint blocks of player indices, one per probe of each round: no probe meets a
+    player another probe logged in, in either system's feature cache."""
+    blocks = [range(i * per_probe, (i + 1) * per_probe) for i in range(rounds * paths)]
+    return [blocks[r * paths : (r + 1) * paths] for r in range(rounds)]
 
 
 def run(args: argparse.Namespace) -> Path:
@@ -109,10 +127,14 @@ def run(args: argparse.Namespace) -> Path:
     )
     game = app.args.game
     think_s = args.think_ms / 1000.0
+    per_probe = WARMUP + args.requests
+    blocks = player_blocks(args.rounds, len(PATHS), per_probe)
+    players = args.rounds * len(PATHS) * per_probe
+    order = random.Random(args.seed)
     with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
         client = dynalite.client(timeout_s=10.0)
         ensure_table(client, TABLE)
-        seed_game(client, TABLE, game, args.players)
+        seed_game(client, TABLE, game, players)
         port = free_port()
         config, prefix, ray_env = derived_serve_config(
             args.config,
@@ -136,33 +158,36 @@ def run(args: argparse.Namespace) -> Path:
             keep, others = replicas[0], replicas[1:]
             log(f"{backend}: replicas {[(s.name, s.port) for s in replicas]}; probing {keep.port}")
 
-            def probe(port_: int, think: float = 0.0) -> Callable[[int], Any]:
-                return lambda seed: latency_probe(
-                    port_, prefix, game, args.players, args.requests, think_s=think, seed=seed
-                )
+            def probe(port_: int, think: float, ids: list[int]) -> ProbeResult:
+                return latency_probe(
+                    port_, prefix, game, players, args.requests, WARMUP,
+                    think_s=think, player_ids=ids,
+                )  # fmt: skip
 
-            probes: dict[str, Callable[[int], Any]] = {
-                "legacy": probe(legacy.port),
-                "legacy, paced": probe(legacy.port, think_s),
-                "replica": probe(keep.port),
-                "replica, paced": probe(keep.port, think_s),
-                "haproxy, one replica": probe(port),
-                "haproxy": probe(port),
+            ports = {
+                "legacy": (legacy.port, 0.0),
+                "legacy, paced": (legacy.port, think_s),
+                "replica": (keep.port, 0.0),
+                "replica, paced": (keep.port, think_s),
+                "haproxy, one replica": (port, 0.0),
+                "haproxy": (port, 0.0),
             }
             runs: dict[str, list[float]] = {name: [] for name in PATHS}
-            errors = 0
-            for round_ in range(1, args.rounds + 1):
-                for index, name in enumerate(PATHS):
-                    # Players of their own for every probe: the supervisors' feature cache
-                    # (30 s) would otherwise answer a later probe's reads, legacy's never.
-                    seed = 1000 * round_ + index
+            errors: dict[str, int] = dict.fromkeys(PATHS, 0)
+            for round_, round_blocks in enumerate(blocks, start=1):
+                # A new order every round (seeded): no path always follows the same one.
+                shuffled = order.sample(PATHS, len(PATHS))
+                for name, block in zip(shuffled, round_blocks, strict=True):
+                    port_, think = ports[name]
+
+                    ids = list(block)
                     if name == "haproxy, one replica":
-                        with only_replica(admin, backend, keep, others):
-                            result = probes[name](seed)
+                        with only_replica(admin, backend, others):
+                            result = probe(port_, think, ids)
                     else:
-                        result = probes[name](seed)
+                        result = probe(port_, think, ids)
                     runs[name].append(result.p50_ms)
-                    errors += result.errors
+                    errors[name] += result.errors
                     log(f"round {round_} {name}: c=1 p50 {result.p50_ms:.2f} ms")
                     time.sleep(0.5)
     p50s = {name: spread(values, digits=2) for name, values in runs.items()}
@@ -172,6 +197,7 @@ def run(args: argparse.Namespace) -> Path:
         "rounds": args.rounds,
         "requests_per_probe": args.requests,
         "think_ms": args.think_ms,
+        "order_seed": args.seed,
         "errors": errors,
         "c1_p50_ms": p50s,
         "differences_ms": differences(runs),
@@ -184,7 +210,7 @@ def run(args: argparse.Namespace) -> Path:
     print("\n| difference | ms, median of the rounds' differences [min–max] |\n|---|---|")
     for name, d in report["differences_ms"].items():
         print(f"| {name} | {d['median']} [{d['min']}–{d['max']}] |" if d else f"| {name} | - |")
-    print(f"errors: {errors}")
+    print(f"errors (non-200 answers, timed in p50 all the same): {errors}")
     log(f"report: {folder / 'c1_path.json'}")
     return folder
 
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--requests", type=int, default=300, help="timed logins per probe")
-    parser.add_argument("--players", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=7, help="of the probes' order per round")
     parser.add_argument(
         "--think-ms", type=float, default=12.0, help="pause between logins of a paced probe"
     )

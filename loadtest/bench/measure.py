@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from app.local.processes import free_port
 from loadtest.bench import capacity
 from loadtest.bench.peers import LegacySystem, PoolSystem
 from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
-from loadtest.harness.haproxy_admin import HAProxyAdmin, Refusals
+from loadtest.harness.haproxy_admin import HAProxyAdmin, RefusalsReading
 from loadtest.harness.isolation import CpuIsolation
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.probe import latency_probe
@@ -197,42 +199,44 @@ def _at_fixed_rate(
     }
 
 
-def edge_refusals(system: System) -> Callable[[], Refusals] | None:
+def edge_refusals(system: System) -> Callable[[], RefusalsReading] | None:
     """Reads who refused the ensemble's logins at its HAProxy (loadtest.harness.haproxy_admin):
     None for a peer, or an ensemble without HAProxy (the python-proxy variant)."""
     if not isinstance(system, EnsembleSystem) or system.process is None:
         return None
+    app = yaml.safe_load(system.config_path.read_text())["applications"][0]["name"]
+    backend = f"http-{app}"  # Serve's name for an application's backend
     try:
         admin = HAProxyAdmin.of(system.process.tree())
-        backends = admin.app_backends()
+        backends = admin.backends()
     except (LookupError, OSError, ValueError) as exc:
         log(f"{system.name}: refusals at the edge not recorded: {exc}")
         return None
-    if len(backends) != 1:  # the bench serves one application
-        log(f"{system.name}: refusals at the edge not recorded: backends {backends}")
+    if backend not in backends:
+        log(f"{system.name}: refusals at the edge not recorded: no {backend} in {backends}")
         return None
-    return lambda: admin.refusals(backends[0])
+    return lambda: admin.refusals(backend)
 
 
 def _refusals_during(
-    refusals: Callable[[], Refusals] | None, run: Callable[[], Any]
+    read: Callable[[], RefusalsReading] | None, run: Callable[[], Any]
 ) -> tuple[Any, dict[str, int] | None]:
-    """`run()`, and the edge's refusals while it ran. None if unreadable, or if HAProxy
-    restarted meanwhile (Serve reloads it when replicas change, and its counters start over)."""
-    before = _read(refusals)
+    """`run()`, and the edge's refusals while it ran. None if unreadable, or if another
+    HAProxy process answered afterwards (Serve replaces it when the replicas change, and the
+    new one counts from zero)."""
+    before = _read(read)
     result = run()
-    after = _read(refusals)
-    if before is None or after is None:
+    after = _read(read)
+    if before is None or after is None or before.pid != after.pid:
         return result, None
-    delta = (after - before).as_dict()
-    return result, None if min(delta.values()) < 0 else delta
+    return result, (after.refusals - before.refusals).as_dict()
 
 
-def _read(refusals: Callable[[], Refusals] | None) -> Refusals | None:
-    if refusals is None:
+def _read(read: Callable[[], RefusalsReading] | None) -> RefusalsReading | None:
+    if read is None:
         return None
     try:
-        return refusals()
+        return read()
     except (LookupError, OSError, ValueError):
         return None
 
@@ -247,7 +251,7 @@ def _level(
     offered: int,
     args: argparse.Namespace,
     out: Path,
-    refusals: Callable[[], Refusals] | None = None,
+    refusals: Callable[[], RefusalsReading] | None = None,
 ) -> dict[str, Any]:
     users = max(1, round(offered / args.user_rps))
     result, refused = _refusals_during(

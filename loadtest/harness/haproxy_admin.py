@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from app.edge.wrapper import config_path
+
 # A Serve replica's server line, as Serve 2.60's template names it (the Python proxy's
 # `backup` fallback server is named SERVE_PROXY_ACTOR-…).
 REPLICA_PREFIX = "SERVE_REPLICA_"
@@ -36,51 +38,76 @@ class BackendServer:
 
 @dataclass(frozen=True)
 class Refusals:
-    """A backend's 5xx answers by who made them, cumulative since HAProxy started (subtract
-    two readings for an interval). Read from `show stat`, checked on a real HAProxy:
+    """A backend's 5xx answers by who made them, cumulative since that HAProxy process
+    started (subtract two readings of one process for an interval). From `show stat`, the
+    meaning of each counter checked on a real HAProxy:
 
     - queue_full: denied by the edge's queue cap (`http-request deny`, the backend's `dreq`);
     - queue_timeout: waited out `timeout queue` (HAProxy counts these as the backend's
       connection errors, `econ`, which also counts a replica that could not be reached);
-    - by_servers: a 5xx a server answered (a supervisor's own 503), the servers' `hrsp_5xx`;
-    - by_haproxy: every 5xx HAProxy made itself (the backend's `hrsp_5xx` less the servers').
+    - servers_5xx: 5xx answered by the backend's servers (the supervisors' own `503`s, and
+      Serve's fallback proxy's if it ever served), the server rows' `hrsp_5xx`;
+    - haproxy_5xx: every 5xx HAProxy made itself, queue_full and queue_timeout included
+      (the backend's `hrsp_5xx` less the servers').
     """
 
     queue_full: int = 0
     queue_timeout: int = 0
-    by_servers: int = 0
-    by_haproxy: int = 0
+    servers_5xx: int = 0
+    haproxy_5xx: int = 0
 
     def __sub__(self, earlier: Refusals) -> Refusals:
         return Refusals(
             self.queue_full - earlier.queue_full,
             self.queue_timeout - earlier.queue_timeout,
-            self.by_servers - earlier.by_servers,
-            self.by_haproxy - earlier.by_haproxy,
+            self.servers_5xx - earlier.servers_5xx,
+            self.haproxy_5xx - earlier.haproxy_5xx,
         )
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class RefusalsReading:
+    """Refusals with the HAProxy process that counted them: Serve replaces HAProxy (a new
+    process, counting from zero) whenever the replicas change."""
+
+    pid: int
+    refusals: Refusals
+
+
+# `show stat`'s `type` column: 1 is a backend's own row, 2 one of its servers.
+BACKEND_ROW, SERVER_ROW = "1", "2"
+
+
 def parse_refusals(show_stat: str, backend: str) -> Refusals:
     """`backend`'s Refusals from `show stat`'s CSV (a `# `-prefixed header row)."""
     rows = [r for r in csv.DictReader(io.StringIO(show_stat.lstrip("# "))) if r]
     mine = [r for r in rows if r.get("pxname") == backend]
-    total = next((r for r in mine if r["svname"] == "BACKEND"), None)
+    total = next((r for r in mine if r["type"] == BACKEND_ROW), None)
     if total is None:
         raise LookupError(f"`show stat` has no backend {backend!r}")
 
     def count(row: dict[str, str], field: str) -> int:
         return int(row.get(field) or 0)
 
-    by_servers = sum(count(r, "hrsp_5xx") for r in mine if r["svname"] != "BACKEND")
+    servers_5xx = sum(count(r, "hrsp_5xx") for r in mine if r["type"] == SERVER_ROW)
     return Refusals(
         queue_full=count(total, "dreq"),
         queue_timeout=count(total, "econ"),
-        by_servers=by_servers,
-        by_haproxy=count(total, "hrsp_5xx") - by_servers,
+        servers_5xx=servers_5xx,
+        haproxy_5xx=count(total, "hrsp_5xx") - servers_5xx,
     )
+
+
+def parse_pid(show_info: str) -> int:
+    """The `Pid:` line of `show info`."""
+    for line in show_info.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() == "Pid":
+            return int(value)
+    raise ValueError(f"not an answer of `show info`: {show_info[:200]!r}")
 
 
 def stats_socket(config_text: str) -> Path:
@@ -90,14 +117,6 @@ def stats_socket(config_text: str) -> Path:
         if words[:2] == ["stats", "socket"] and len(words) > 2:
             return Path(words[2])
     raise ValueError("the HAProxy config declares no `stats socket`")
-
-
-def config_path(cmdline: list[str]) -> Path | None:
-    """The `-f <config>` of an haproxy command line; None if it has none."""
-    for flag, value in zip(cmdline, cmdline[1:], strict=False):
-        if flag == "-f":
-            return Path(value)
-    return None
 
 
 def parse_servers_state(text: str, backend: str) -> list[BackendServer]:
@@ -155,19 +174,19 @@ class HAProxyAdmin:
     def servers(self, backend: str) -> list[BackendServer]:
         return parse_servers_state(self.command(f"show servers state {backend}"), backend)
 
-    def refusals(self, backend: str) -> Refusals:
-        return parse_refusals(self.command("show stat"), backend)
+    def refusals(self, backend: str) -> RefusalsReading:
+        """`backend`'s Refusals and the pid of the process that counted them, read in one
+        exchange (HAProxy answers `;`-separated commands in order on one connection)."""
+        answer = self.command("show info;show stat")
+        info, found, stat = answer.partition("# pxname")
+        if not found:
+            raise ValueError(f"no `show stat` in HAProxy's answer: {answer[:200]!r}")
+        return RefusalsReading(parse_pid(info), parse_refusals(found + stat, backend))
 
-    def app_backends(self) -> list[str]:
-        """The backends Serve made for its applications (`http-<app>`)."""
+    def backends(self) -> list[str]:
+        """Every backend's name."""
         rows = csv.DictReader(io.StringIO(self.command("show stat").lstrip("# ")))
-        return sorted(
-            {
-                r["pxname"]
-                for r in rows
-                if r and r["svname"] == "BACKEND" and r["pxname"].startswith("http-")
-            }
-        )
+        return sorted({r["pxname"] for r in rows if r and r["type"] == BACKEND_ROW})
 
     def set_state(self, backend: str, server: str, state: str) -> None:
         if state not in STATES:

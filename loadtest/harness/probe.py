@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,21 +30,26 @@ def latency_probe(
     requests: int = 300,
     warmup: int = 30,
     think_s: float = 0.0,
-    seed: int = 7,
+    player_ids: Sequence[int] | None = None,
 ) -> ProbeResult:
     """Time `requests` sequential logins of seeded players (after `warmup` untimed ones),
-    `think_s` apart (0: back to back, the bench's c=1). Players are drawn with `seed`: probes
-    of one system that must not hit its feature cache need seeds of their own."""
+    `think_s` apart (0: back to back, the bench's c=1). The players are drawn at random from
+    the first `players` (the same draw every time), or are `player_ids`, one per login, for
+    probes that must not meet each other's players in a feature cache."""
+    if player_ids is None:
+        rng = np.random.default_rng(7)
+        player_ids = [int(rng.integers(players)) for _ in range(warmup + requests)]
+    if len(player_ids) != warmup + requests:
+        raise ValueError(f"{len(player_ids)} player ids for {warmup + requests} logins")
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     headers = {"Content-Type": "application/json"}
-    rng = np.random.default_rng(seed)
     latencies: list[float] = []
     errors = 0
     try:
-        for i in range(warmup + requests):
+        for i, player in enumerate(player_ids):
             if think_s > 0 and i > 0:
                 time.sleep(think_s)
-            body = json.dumps({"player_id": player_id(int(rng.integers(players))), "game": game})
+            body = json.dumps({"player_id": player_id(player), "game": game})
             started = time.perf_counter()
             connection.request("POST", f"{route_prefix}/v1/offers", body, headers)
             response = connection.getresponse()

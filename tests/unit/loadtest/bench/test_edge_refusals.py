@@ -4,7 +4,7 @@ HAProxy's counters, or nothing when they cannot be trusted."""
 import pytest
 
 from loadtest.bench.measure import _refusals_during
-from loadtest.harness.haproxy_admin import Refusals
+from loadtest.harness.haproxy_admin import Refusals, RefusalsReading
 
 pytestmark = pytest.mark.unit
 
@@ -23,19 +23,25 @@ def readings(*values):
 
 
 def test_a_step_records_what_was_refused_while_it_ran():
-    read = readings(Refusals(1, 0, 2, 1), Refusals(4, 1, 5, 5))
+    read = readings(
+        RefusalsReading(10, Refusals(1, 0, 2, 1)), RefusalsReading(10, Refusals(4, 1, 5, 5))
+    )
     result, refused = _refusals_during(read, lambda: "locust result")
     assert result == "locust result"
-    assert refused == {"queue_full": 3, "queue_timeout": 1, "by_servers": 3, "by_haproxy": 4}
+    assert refused == {"queue_full": 3, "queue_timeout": 1, "servers_5xx": 3, "haproxy_5xx": 4}
 
 
-def test_counters_that_started_over_are_not_a_record():
-    # Serve reloads HAProxy when the replicas change; the new process counts from zero.
-    read = readings(Refusals(40, 3, 9, 43), Refusals(2, 0, 1, 2))
+@pytest.mark.parametrize(
+    "before",
+    [Refusals(40, 3, 9, 43), Refusals()],  # a restart is caught even from all zeros
+)
+def test_counters_of_another_haproxy_process_are_not_a_record(before):
+    # Serve replaces HAProxy when the replicas change; the new process counts from zero.
+    read = readings(RefusalsReading(10, before), RefusalsReading(11, Refusals(76, 10, 3, 86)))
     assert _refusals_during(read, lambda: None) == (None, None)
 
 
 def test_no_haproxy_or_an_unreadable_socket_records_nothing():
     assert _refusals_during(None, lambda: 7) == (7, None)
-    read = readings(Refusals(), OSError("gone"))
+    read = readings(RefusalsReading(10, Refusals()), OSError("gone"))
     assert _refusals_during(read, lambda: 7) == (7, None)

@@ -1,13 +1,11 @@
 """Reading HAProxy's runtime API: the admin socket from a config Serve rendered, the config
 from HAProxy's command line, and a backend's servers from `show servers state`."""
 
-from pathlib import Path
-
 import pytest
 
 from loadtest.harness.haproxy_admin import (
     Refusals,
-    config_path,
+    parse_pid,
     parse_refusals,
     parse_servers_state,
     stats_socket,
@@ -31,13 +29,6 @@ def test_the_admin_socket_is_the_one_serves_config_declares(tmp_path):
     assert socket.name == "admin.sock"
     with pytest.raises(ValueError, match="stats socket"):
         stats_socket("global\n    maxconn 10\n")
-
-
-def test_the_config_is_haproxys_dash_f_argument():
-    assert config_path(["/bin/haproxy", "-db", "-f", "/x/haproxy.cfg", "-sf", "12"]) == Path(
-        "/x/haproxy.cfg"
-    )
-    assert config_path(["/bin/haproxy", "-v"]) is None
 
 
 def test_servers_are_read_by_the_headers_column_names():
@@ -65,17 +56,24 @@ http-galaxy-raiders-2026-11,BACKEND,0,2,0,4,410,9,1875,2162,5,0,,2,0,0,0,UP,1,1,
 
 def test_refusals_are_told_apart_by_who_made_them():
     refused = parse_refusals(SHOW_STAT, "http-galaxy-raiders-2026-11")
-    assert refused == Refusals(queue_full=5, queue_timeout=2, by_servers=1, by_haproxy=7)
+    # haproxy_5xx counts every 5xx HAProxy made, the queue's refusals included.
+    assert refused == Refusals(queue_full=5, queue_timeout=2, servers_5xx=1, haproxy_5xx=7)
     with pytest.raises(LookupError, match="no backend"):
         parse_refusals(SHOW_STAT, "http-other")
 
 
 def test_an_interval_is_the_difference_of_two_readings():
-    later = Refusals(queue_full=9, queue_timeout=3, by_servers=4, by_haproxy=12)
-    earlier = Refusals(queue_full=5, queue_timeout=2, by_servers=1, by_haproxy=7)
+    later = Refusals(queue_full=9, queue_timeout=3, servers_5xx=4, haproxy_5xx=12)
+    earlier = Refusals(queue_full=5, queue_timeout=2, servers_5xx=1, haproxy_5xx=7)
     assert (later - earlier).as_dict() == {
         "queue_full": 4,
         "queue_timeout": 1,
-        "by_servers": 3,
-        "by_haproxy": 5,
+        "servers_5xx": 3,
+        "haproxy_5xx": 5,
     }
+
+
+def test_the_counting_process_is_shows_infos_pid():
+    assert parse_pid("Name: HAProxy\nVersion: 2.8.25\nPid: 983\nUptime: 0d 0h04m04s\n") == 983
+    with pytest.raises(ValueError, match="show info"):
+        parse_pid("Unknown command\n")
