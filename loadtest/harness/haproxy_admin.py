@@ -161,6 +161,16 @@ class HAProxyAdmin:
                 return cls(stats_socket(found.read_text()))
         raise LookupError("no haproxy process with a readable -f config in the process tree")
 
+    @classmethod
+    def listening_on(cls, port: int) -> HAProxyAdmin:
+        """The admin socket of the HAProxy that listens on `port` on this host (a running
+        `make run`'s ingress, whose process tree is not ours)."""
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                if conn.pid is not None:
+                    return cls.of([psutil.Process(conn.pid)])
+        raise LookupError(f"no process listens on port {port}")
+
     def command(self, line: str) -> str:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(5.0)

@@ -18,6 +18,7 @@ import psutil
 
 from app.local.dynalite import Dynalite
 from loadtest.harness.cluster import LocalCluster
+from loadtest.harness.haproxy_admin import HAProxyAdmin, RefusalsReading
 from loadtest.harness.open_loop import (
     Caller,
     Shot,
@@ -252,6 +253,19 @@ def cluster_faults(
     ]
 
 
+def edge_reader(target: Target, route: str) -> Callable[[], RefusalsReading | None]:
+    """Reads the refusals of the route's backend at the HAProxy on the target's port."""
+
+    def read() -> RefusalsReading | None:
+        try:
+            return HAProxyAdmin.listening_on(target.port).refusals(target.backends[route])
+        except (LookupError, OSError, ValueError, psutil.Error) as exc:
+            log(f"refusals at the edge not read: {exc}")
+            return None
+
+    return read
+
+
 def run_scenario(
     scenario: Scenario, target: Target, budget_ms: float, folder: Path
 ) -> dict[str, Any]:
@@ -272,10 +286,20 @@ def run_scenario(
     proxy = target.proxy
     counted = proxy is not None and scenario.name.startswith("hot_player")
     reads = proxy.calls() if proxy is not None and counted else None
+    edge = edge_reader(target, scenario.route)
+    before = edge()
     shots = asyncio.run(drive())
+    after = edge()
     if reads is not None and proxy is not None:
         reads = proxy.calls() - reads
     summary = {"route": target.routes[scenario.route], **summarize(shots)}
+    # Who refused at the ingress (loadtest.harness.haproxy_admin.Refusals), null when
+    # unreadable or when another HAProxy process answered afterwards (Serve replaced it).
+    summary["edge_refusals"] = (
+        (after.refusals - before.refusals).as_dict()
+        if before is not None and after is not None and before.pid == after.pid
+        else None
+    )
     accepted = [s for s in shots if s.status is not None and s.status != 503]
     summary["over_budget_plus_100ms"] = sum(
         1 for s in accepted if s.latency_ms > budget_ms + SLACK_MS

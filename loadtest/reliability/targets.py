@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
@@ -34,6 +34,8 @@ class Target:
     version_app: str  # that first application (the canary in serve_config.yaml)
     version: str
     canary_players: list[str]  # players the game's split sends to that version
+    # HAProxy's backend for each route (Serve's `http-<application>`): who refused there.
+    backends: dict[str, str] = field(default_factory=dict)
     cluster: LocalCluster | None = None
     dynalite: Dynalite | None = None
     proxy: DelayProxyProcess | None = None
@@ -66,6 +68,7 @@ def make_target(args: argparse.Namespace, app: Any, **faults: Any) -> Target:
         port=PORT,
         game=app.args.game,
         routes={"version": app.route_prefix, "game": router.get("route_prefix", "/")},
+        backends={"version": f"http-{app.name}", "game": f"http-{router['name']}"},
         version_app=app.name,
         version=app.args.version,
         canary_players=[p for p in players if split.assign(p) == app.args.version],

@@ -84,6 +84,8 @@ def test_a_replica_in_maint_gets_no_login_until_it_is_ready_again(tmp_path):
             time.sleep(0.2)
 
         admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
+        # The same socket found from the port it listens on (a `make run` not started here).
+        assert HAProxyAdmin.listening_on(http_port).socket_path == admin.socket_path
         servers = [s for s in admin.servers(BACKEND) if s.is_replica]
         assert sorted(s.port for s in servers) == sorted([first, second])
         assert all(s.address == "127.0.0.1" for s in servers)
