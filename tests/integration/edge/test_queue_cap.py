@@ -69,13 +69,16 @@ def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
 
 
 async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
-    """An ingress replica that answers health checks and holds every login until released."""
+    """An ingress replica that answers health checks and holds every login until released;
+    a login whose body asks to be refused it answers 503 itself, at once."""
     from aiohttp import web
 
     async def healthz(_request):
         return web.Response(text="ok")
 
-    async def login(_request):
+    async def login(request):
+        if request.can_read_body and (await request.json()).get("refuse"):
+            return web.json_response({"detail": "overloaded"}, status=503)
         arrived.set()
         await release.wait()
         return web.json_response({"offer": "x"})

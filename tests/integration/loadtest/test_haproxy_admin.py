@@ -16,7 +16,7 @@ from aiohttp import web
 
 from app.local.processes import free_port
 from loadtest.harness.haproxy_admin import HAProxyAdmin
-from tests.integration.edge.test_queue_cap import APP, rendered_by_ray
+from tests.integration.edge.test_queue_cap import APP, rendered_by_ray, replica
 
 pytestmark = pytest.mark.integration
 
@@ -163,23 +163,7 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
 
     async def scenario():
         arrived, release = asyncio.Event(), asyncio.Event()
-
-        async def healthz(_request):
-            return web.Response(text="ok")
-
-        async def login(request):
-            if (await request.json()).get("refuse"):
-                return web.json_response({"detail": "overloaded"}, status=503)
-            arrived.set()
-            await release.wait()
-            return web.json_response({"offer": "x"})
-
-        app = web.Application()
-        app.router.add_get("/-/healthz", healthz)
-        app.router.add_route("*", "/{tail:.*}", login)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", replica_port).start()
+        runner = await replica(replica_port, arrived, release)
         haproxy = await asyncio.create_subprocess_exec(
             str(get_haproxy_binary()), "-db", "-f", str(config),
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
