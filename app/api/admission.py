@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.admission import (
     OVERLOADED_DETAIL,
@@ -61,15 +61,30 @@ class AdmissionMiddleware:
             )
             await send({"type": "http.response.body", "body": self._refusal_body})
             return
+        held = True
+
+        async def send_and_leave(message: Message) -> None:
+            # The slot is given back as the answer's last bytes go out, not after: once
+            # HAProxy has the answer it counts the slot free (its maxconn equals this bound)
+            # and may forward the next login at once, which must find room here. Leaving
+            # later, after the send's awaits, let this loop take that login first and
+            # refuse it with a slot about to free.
+            nonlocal held
+            if held and message["type"] == "http.response.body" and not message.get("more_body"):
+                held = False
+                self.gate.leave()
+            await send(message)
+
         try:
             waited = parse_request_start(_header(scope, REQUEST_START_HEADER), time.time())
             state: dict[str, Any] = scope.setdefault("state", {})
             state[ARRIVAL_STATE_KEY] = EdgeArrival(
                 started=arrived - (waited or 0.0), waited_before_ms=(waited or 0.0) * 1000.0
             )
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_and_leave)
         finally:
-            self.gate.leave()
+            if held:  # no answer sent (an error, or the client gone)
+                self.gate.leave()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
