@@ -34,7 +34,12 @@ from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest.harness.locust_runner import LoadTarget, run_locust
-from loadtest.harness.resources import role, tree_cpu_seconds
+from loadtest.harness.resources import (
+    ProcessRoles,
+    cpu_seconds_by_role,
+    role,
+    tree_cpu_seconds,
+)
 from loadtest.harness.results import (
     parse_study_args,
     results_folder,
@@ -133,6 +138,13 @@ def run(args: argparse.Namespace) -> Path:
         with EnsembleSystem(config, prefix, port, folder / "ensemble.log", ray_env) as system:
             pids = targets(system)
             log(f"ready; profiling {', '.join(pids)}")
+            # Ray's own processes use CPU with no login at all: read every role's CPU over
+            # an idle window first, so each role's cost per login can be told from its
+            # fixed cost.
+            roles = ProcessRoles()
+            idle_before = cpu_seconds_by_role(system.process, roles)
+            time.sleep(args.idle_seconds)
+            idle = _used(idle_before, cpu_seconds_by_role(system.process, roles))
             target = LoadTarget(port, prefix, app.args.game, args.players)
             load: dict[str, Any] = {}
             users = max(1, round(args.rps / args.user_rps))
@@ -151,6 +163,8 @@ def run(args: argparse.Namespace) -> Path:
             driver.start()
             time.sleep(8)  # users spawned, caches warm
             cpu_before = {k: tree_cpu_seconds(p) for k, p in pids.items()}
+            tree_before = cpu_seconds_by_role(system.process, roles)
+            started = time.monotonic()
             spies = {
                 name: subprocess.Popen(
                     [
@@ -168,6 +182,8 @@ def run(args: argparse.Namespace) -> Path:
             for spy in spies.values():
                 spy.wait(timeout=args.seconds + 60)
             cpu_after = {k: tree_cpu_seconds(p) for k, p in pids.items()}
+            loaded = _used(tree_before, cpu_seconds_by_role(system.process, roles))
+            loaded_s = time.monotonic() - started
             driver.join()
     result = load["result"]
     report: dict[str, Any] = {
@@ -178,6 +194,9 @@ def run(args: argparse.Namespace) -> Path:
         "p95_ms": result.p95_ms,
         "seconds": args.seconds,
         "processes": {},
+        "roles": _roles_table(
+            idle, args.idle_seconds, loaded, loaded_s, result.total_rps or args.rps
+        ),
     }
     for name in pids:
         cpu = (cpu_after[name] - cpu_before[name]) / args.seconds
@@ -191,6 +210,39 @@ def run(args: argparse.Namespace) -> Path:
     print(markdown(report))
     log(f"profile: {folder / 'profile.md'}")
     return folder
+
+
+def _used(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each role used between two readings (a role's exited processes drop out
+    of the later one, so a negative difference is read as nothing)."""
+    return {k: max(0.0, v - before.get(k, 0.0)) for k, v in after.items()}
+
+
+def _roles_table(
+    idle: dict[str, float],
+    idle_s: float,
+    loaded: dict[str, float],
+    loaded_s: float,
+    logins_per_s: float,
+) -> dict[str, dict[str, float]]:
+    """Per role: cores idle and under load, CPU-ms per login (all of it, and above the
+    role's idle rate), highest first; "whole tree" is the bench's CPU per login."""
+    rows: dict[str, dict[str, float]] = {}
+    for name in sorted(set(idle) | set(loaded)):
+        idle_cores = idle.get(name, 0.0) / idle_s
+        cores = loaded.get(name, 0.0) / loaded_s
+        rows[name] = {
+            "idle_cores": round(idle_cores, 4),
+            "cores": round(cores, 4),
+            "ms_per_login": round(cores * 1000.0 / logins_per_s, 3),
+            "ms_per_login_above_idle": round((cores - idle_cores) * 1000.0 / logins_per_s, 3),
+        }
+    ordered = dict(sorted(rows.items(), key=lambda kv: -kv[1]["ms_per_login"]))
+    ordered["whole tree"] = {
+        key: round(sum(row[key] for row in rows.values()), 4)
+        for key in ("idle_cores", "cores", "ms_per_login", "ms_per_login_above_idle")
+    }
+    return ordered
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -207,6 +259,19 @@ def markdown(report: dict[str, Any]) -> str:
         shares = p.get("by_layer", {})
         cells = [f"{100 * shares[k]:.0f}%" if k in shares else "" for k in layers]
         lines.append(f"| {name} | {p['cpu_cores']:.2f} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Every process of the system's tree by role: cores with no load (before the load "
+        "starts) and over the profiled window, and CPU-ms per login:",
+        "",
+        "| role | cores idle | cores loaded | CPU-ms per login | above idle |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in report["roles"].items():
+        lines.append(
+            f"| {name} | {row['idle_cores']:.3f} | {row['cores']:.3f} | "
+            f"{row['ms_per_login']:.2f} | {row['ms_per_login_above_idle']:.2f} |"
+        )
     lines += ["", "Top frames (self time) per process:", ""]
     for name, p in report["processes"].items():
         frames = p.get("top_frames", [])[:5]
@@ -223,6 +288,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rps", type=float, default=30.0, help="offered load, open loop")
     parser.add_argument("--user-rps", type=float, default=0.5)
     parser.add_argument("--seconds", type=int, default=20, help="profiled window")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=15.0, help="window with no load, before it"
+    )
     parser.add_argument("--players", type=int, default=10_000)
     return parse_study_args(parser, argv)
 

@@ -89,9 +89,12 @@ class ResourceMonitor(Sampler):
         self._process = process
         self.peak_rss_mb = 0.0
         self.peak_by_role_mb: dict[str, float] = {}
-        self._roles: dict[int, str] = {}
-        # Command lines no role matched, so a report can show what "other" is.
-        self.unclassified: set[str] = set()
+        self._roles = ProcessRoles()
+
+    @property
+    def unclassified(self) -> set[str]:
+        """Command lines no role matched, so a report can show what "other" is."""
+        return self._roles.unclassified
 
     def _sample(self) -> None:
         rss = 0
@@ -102,16 +105,28 @@ class ResourceMonitor(Sampler):
             except psutil.Error:
                 continue
             rss += used
-            # A process's title can change once (an idle worker becoming a replica).
-            name = self._roles.get(proc.pid)
-            if name is None or name == "ray idle worker":
-                name = self._roles[proc.pid] = self._role(proc)
+            name = self._roles.of(proc)
             by_role[name] = by_role.get(name, 0.0) + used / 2**20
         if rss / 2**20 > self.peak_rss_mb:
             self.peak_rss_mb = rss / 2**20
             self.peak_by_role_mb = {k: round(v, 1) for k, v in sorted(by_role.items())}
 
-    def _role(self, proc: psutil.Process) -> str:
+
+class ProcessRoles:
+    """The role of each process of a tree, remembered by pid (see `role`)."""
+
+    def __init__(self) -> None:
+        self._roles: dict[int, str] = {}
+        self.unclassified: set[str] = set()
+
+    def of(self, proc: psutil.Process) -> str:
+        # A process's title can change once (an idle worker becoming a replica).
+        name = self._roles.get(proc.pid)
+        if name is None or name == "ray idle worker":
+            name = self._roles[proc.pid] = self._classify(proc)
+        return name
+
+    def _classify(self, proc: psutil.Process) -> str:
         name = role(_command(proc))
         if name == SUBPROCESS:
             try:
@@ -119,13 +134,27 @@ class ResourceMonitor(Sampler):
             except psutil.Error:
                 parent = None
             if parent is not None:
-                owner = self._roles.get(parent.pid) or self._role(parent)
+                owner = self._roles.get(parent.pid) or self._classify(parent)
                 # uvicorn's --workers processes, a process pool's workers
                 name = "worker process" if owner == "web process" else owner
         if name == "other":
             self.unclassified.add(_command(proc)[:120])
         return name
 
+
+def cpu_seconds_by_role(process: ManagedProcess, roles: ProcessRoles) -> dict[str, float]:
+    """CPU seconds (user + system) each role's live processes have used so far. Two
+    readings' difference is the CPU a role used between them, if none of its processes
+    exited in between."""
+    by_role: dict[str, float] = {}
+    for proc in process.tree():
+        try:
+            times = proc.cpu_times()
+        except psutil.Error:
+            continue
+        name = roles.of(proc)
+        by_role[name] = by_role.get(name, 0.0) + times.user + times.system
+    return by_role
 
 
 def tree_cpu_seconds(pid: int) -> float:
