@@ -5,8 +5,9 @@
 Starts the ensemble as shipped (serve_config.yaml, Serve's process settings) against a
 seeded dynalite, drives it with locust at a constant open-loop rate, and records every
 replica (supervisors, member deployments) and the Serve proxy actor with `py-spy record`
-(non-blocking, 100 Hz) for `--seconds` while the load runs. HAProxy, the ingress, is C and
-is measured by CPU time only.
+(non-blocking, 100 Hz) for `--seconds` while the load runs. Every process of the system's
+tree (Ray's own, and HAProxy, which is C and not sampled) is also measured by CPU time, by
+role, over an idle window first and then the profiled one.
 
 Each sample's stack is attributed to the innermost frame that belongs to a known layer
 (model compute, application code, Serve, Ray core and gRPC, HTTP stack, event loop, the
@@ -107,7 +108,9 @@ def targets(system: EnsembleSystem) -> dict[str, int]:
             name = role(" ".join(proc.cmdline()))
         except psutil.Error:
             continue
-        if name.startswith("replica:") or name in {"serve proxy actor", "haproxy"}:
+        # HAProxy is not sampled (C), and Serve replaces its process on every reload, so
+        # one pid's CPU can miss it: the role table sums every HAProxy process instead.
+        if name.startswith("replica:") or name == "serve proxy actor":
             key, i = name, 1
             while key in found:
                 i += 1
@@ -177,7 +180,6 @@ def run(args: argparse.Namespace) -> Path:
                     stderr=subprocess.STDOUT,
                 )  # fmt: skip
                 for name, pid in pids.items()
-                if name != "haproxy"
             }
             for spy in spies.values():
                 spy.wait(timeout=args.seconds + 60)
