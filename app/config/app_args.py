@@ -268,23 +268,42 @@ class AdmissionConfig(StrictModel):
         "immediate 503 and Retry-After. Must stay below the deployment's max_ongoing_requests, "
         "so Serve never queues a login before its budget starts.",
     )
-    edge_queue_timeout_ms: int = Field(
-        default=30,
+    edge_queue_timeout_ms: int | None = Field(
+        default=None,
         ge=1,
-        le=1000,
+        le=10_000,
         description="how long a login may wait in HAProxy's queue for a replica with room; "
-        "then HAProxy answers it 503 with Retry-After itself, without waking a replica. It "
-        "counts against the login's budget (X-Request-Start).",
+        "then HAProxy answers it 503 with Retry-After itself, without waking a replica. The "
+        "wait counts against the login's budget (X-Request-Start), so it must stay below "
+        "request_budget_ms. Default (null): half of the application's request_budget_ms. "
+        "Long enough that a login admitted to the queue is scored, not refused late: in a "
+        "burst the replicas' first logins take a few hundred ms, and a login that waited "
+        "them out only to be refused would be the burst's slowest refusal.",
     )
     edge_max_queued: int = Field(
         default=16,
         ge=1,
         le=10_000,
         description="how many logins may wait in HAProxy's queue for the application's "
-        "replicas at once; the next is answered 503 with Retry-After at once, instead of "
-        "waiting edge_queue_timeout_ms to be refused: deeper than the slots that free up "
-        "within that timeout, a login would only wait to be refused",
+        "replicas at once; the next is answered 503 with Retry-After at once. It bounds the "
+        "wait (the logins ahead, over the replicas' rate) and makes every other refusal of "
+        "an overload immediate.",
     )
+
+    def queue_timeout_ms(self, request_budget_ms: float) -> int:
+        """HAProxy's `timeout queue` for an application whose logins have this budget."""
+        if self.edge_queue_timeout_ms is not None:
+            return self.edge_queue_timeout_ms
+        return max(1, int(request_budget_ms // 2))
+
+    def check_queue_timeout(self, request_budget_ms: float) -> None:
+        timeout = self.queue_timeout_ms(request_budget_ms)
+        if timeout >= request_budget_ms:
+            raise ValueError(
+                f"admission.edge_queue_timeout_ms ({timeout}) must be below request_budget_ms "
+                f"({request_budget_ms:g}): the queue's wait counts against the budget, and a "
+                "login that spent all of it queued could only be refused"
+            )
 
 
 class PrecomputedArgs(StrictModel):
@@ -385,6 +404,7 @@ class EnsembleAppArgs(StrictModel):
                 "otherwise logins wait in Serve's queue, where their budget does not run, "
                 "instead of being refused at once"
             )
+        self.admission.check_queue_timeout(self.request_budget_ms)
         check_reachable_target(
             self.supervisor.autoscaling, self.admission.max_in_flight, "supervisor"
         )

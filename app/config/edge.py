@@ -21,11 +21,12 @@ class BackendLimits(FrozenModel):
     # Logins HAProxy forwards to one ingress replica at once (its `maxconn`); the rest wait
     # in HAProxy's queue, in C, instead of on the replica's event loop.
     max_in_flight: int = Field(ge=1, le=10_000)
-    # How long a login may wait in that queue before HAProxy answers it 503 itself.
+    # How long a login may wait in that queue before HAProxy answers it 503 itself (by
+    # default half the application's budget: long enough that a queued login is scored).
     queue_timeout_ms: int = Field(ge=1, le=10_000)
     # How many logins may wait in that queue at once (all the application's replicas
-    # together); the next is answered 503 at once. One deeper in the queue than the slots
-    # that free up within queue_timeout_ms would only wait that long to be refused anyway.
+    # together); the next is answered 503 at once, so an overload's refusals are immediate
+    # and the queue's wait stays short (the logins ahead, over the replicas' rate).
     max_queued: int = Field(ge=1, le=10_000)
     # Retry-After on HAProxy's 503, the same as the application's own refusals.
     retry_after_s: int = Field(ge=0, le=3600)

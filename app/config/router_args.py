@@ -72,6 +72,7 @@ class RouterAppArgs(StrictModel):
                 f"admission.max_in_flight ({self.admission.max_in_flight}) must be below "
                 f"router.max_ongoing_requests ({self.router.max_ongoing_requests})"
             )
+        self.admission.check_queue_timeout(self.request_budget_ms)
         check_reachable_target(self.router.autoscaling, self.admission.max_in_flight, "router")
         names = [v.version for v in self.versions]
         if len(set(names)) != len(names):

@@ -124,7 +124,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
             continue
         backends[app["name"]] = BackendLimits(
             max_in_flight=args.admission.max_in_flight,
-            queue_timeout_ms=args.admission.edge_queue_timeout_ms,
+            queue_timeout_ms=args.admission.queue_timeout_ms(args.request_budget_ms),
             max_queued=args.admission.edge_max_queued,
             retry_after_s=math.ceil(args.retry_after_s),
         )

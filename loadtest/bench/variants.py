@@ -84,8 +84,16 @@ VARIANTS: dict[str, Variant] = {
         Variant(
             "short-edge-queue",
             "HAProxy's queue for the supervisors as shipped, its timeout 5 ms "
-            "(edge_queue_timeout_ms 5): a queued login is refused after 5 ms, not 30",
+            "(edge_queue_timeout_ms 5): a queued login is refused after 5 ms, not half its "
+            "budget",
             args={"admission": {"edge_queue_timeout_ms": 5}},
+        ),
+        Variant(
+            "edge-queue-30ms",
+            "HAProxy's queue for the supervisors as shipped, its timeout 30 ms "
+            "(edge_queue_timeout_ms 30, the default until 2026-11-26): a queued login is "
+            "refused after 30 ms, not half its budget",
+            args={"admission": {"edge_queue_timeout_ms": 30}},
         ),
         Variant(
             "per-member",

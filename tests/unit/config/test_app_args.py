@@ -197,3 +197,19 @@ def test_a_key_of_the_signal_a_deployment_does_not_scale_on_is_refused(role, sca
     # Merged over the role's defaults, it would be ignored without a word.
     with pytest.raises(ValidationError, match=key):
         EnsembleAppArgs.model_validate({**BASE, role: {"autoscaling": scaling}})
+
+
+def test_the_edge_queue_timeout_defaults_to_half_the_budget():
+    # Long enough that a login HAProxy queued is scored rather than refused late.
+    assert EnsembleAppArgs.model_validate(BASE).admission.queue_timeout_ms(1000.0) == 500
+    args = EnsembleAppArgs.model_validate({**BASE, "request_budget_ms": 300})
+    assert args.admission.queue_timeout_ms(args.request_budget_ms) == 150
+    explicit = EnsembleAppArgs.model_validate({**BASE, "admission": {"edge_queue_timeout_ms": 40}})
+    assert explicit.admission.queue_timeout_ms(explicit.request_budget_ms) == 40
+
+
+def test_an_edge_queue_timeout_as_long_as_the_budget_is_rejected_with_the_reason():
+    with pytest.raises(ValidationError, match=r"edge_queue_timeout_ms \(300\) must be below"):
+        EnsembleAppArgs.model_validate(
+            {**BASE, "request_budget_ms": 300, "admission": {"edge_queue_timeout_ms": 300}}
+        )

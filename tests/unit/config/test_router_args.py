@@ -61,3 +61,12 @@ def test_a_bare_ongoing_requests_target_on_the_utilization_router_is_refused():
         RouterAppArgs.model_validate(
             {**BASE, "router": {"autoscaling": {"target_utilization": 1.0}}}
         )
+
+
+def test_the_routers_edge_queue_timeout_is_half_its_budget_and_must_stay_below_it():
+    args = RouterAppArgs.model_validate({**BASE, "request_budget_ms": 800})
+    assert args.admission.queue_timeout_ms(args.request_budget_ms) == 400
+    with pytest.raises(ValidationError, match="must be below request_budget_ms"):
+        RouterAppArgs.model_validate(
+            {**BASE, "request_budget_ms": 800, "admission": {"edge_queue_timeout_ms": 900}}
+        )
