@@ -43,7 +43,10 @@ def role(command: str) -> str:
     for marker, label in _ROLES:
         if marker in command:
             if label is None:
-                return "replica:" + command.split(marker, 1)[1].split()[0].split(":")[-1]
+                # "<app>:<deployment>", and ".<method>" while the actor runs one (Ray's
+                # process title): one role per deployment, whatever it was doing when seen.
+                deployment = command.split(marker, 1)[1].split()[0].split(":")[-1]
+                return "replica:" + deployment.split(".")[0]
             return label
     return "other"
 

@@ -12,6 +12,10 @@ pytestmark = pytest.mark.unit
     [
         ("ray::ServeReplica:galaxy-raiders-2026-11:member-group-0", "replica:member-group-0"),
         ("ray::ServeReplica:galaxy-raiders-2026-11:supervisor extra", "replica:supervisor"),
+        (
+            "ray::ServeReplica:galaxy-raiders-2026-11:supervisor.initialize_and_get_metadata",
+            "replica:supervisor",
+        ),
         ("ray::ServeController", "serve controller"),
         ("ray::ProxyActor", "serve proxy actor"),
         ("ray::IDLE", "ray idle worker"),
