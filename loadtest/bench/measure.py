@@ -22,7 +22,7 @@ from loadtest.bench.peers import LegacySystem, PoolSystem
 from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
 from loadtest.harness.haproxy_admin import HAProxyAdmin, RefusalsReading
 from loadtest.harness.isolation import CpuIsolation
-from loadtest.harness.locust_runner import LoadTarget, run_locust
+from loadtest.harness.locust_runner import LoadResult, LoadTarget, run_locust
 from loadtest.harness.probe import latency_probe
 from loadtest.harness.resources import ResourceMonitor, tree_cpu_seconds
 from loadtest.harness.results import study_log
@@ -167,6 +167,25 @@ def measure(name: str, ctx: Context, out: Path) -> dict[str, Any]:
     }
 
 
+def _users(rate: float, args: argparse.Namespace) -> int:
+    """Locust users that offer `rate` logins/s at `args.user_rps` each."""
+    return max(1, round(rate / float(args.user_rps)))
+
+
+def _open_loop(
+    target: LoadTarget, folder: Path, rate: float, seconds: int, args: argparse.Namespace
+) -> LoadResult:
+    """Locust at `rate` logins/s offered, open loop: users of `args.user_rps` each."""
+    return run_locust(
+        target,
+        folder,
+        users=_users(rate, args),
+        user_rps=args.user_rps,
+        run_time_s=seconds,
+        arrivals="open",
+    )
+
+
 def _at_fixed_rate(
     name: str, system: System, target: LoadTarget, args: argparse.Namespace, out: Path
 ) -> dict[str, Any]:
@@ -174,15 +193,9 @@ def _at_fixed_rate(
     the CPU-seconds of the system's whole process tree (Ray's own processes included; the
     load generator is not in it) over the logins answered."""
     assert system.process is not None
-    users = max(1, round(args.fixed_rate / args.user_rps))
     cpu_before = tree_cpu_seconds(system.process.pid)
-    result = run_locust(
-        target,
-        out / f"{name}-fixed-{args.fixed_rate:g}",
-        users=users,
-        user_rps=args.user_rps,
-        run_time_s=args.fixed_seconds,
-        arrivals="open",
+    result = _open_loop(
+        target, out / f"{name}-fixed-{args.fixed_rate:g}", args.fixed_rate, args.fixed_seconds, args
     )
     cpu_s = tree_cpu_seconds(system.process.pid) - cpu_before
     logins = max(result.requests - result.failures, 1)
@@ -253,16 +266,10 @@ def _level(
     out: Path,
     refusals: Callable[[], RefusalsReading] | None = None,
 ) -> dict[str, Any]:
-    users = max(1, round(offered / args.user_rps))
     result, refused = _refusals_during(
         refusals,
-        lambda: run_locust(
-            target,
-            out / f"{name}-step-{offered:04d}",
-            users=users,
-            user_rps=args.user_rps,
-            run_time_s=args.step_seconds,
-            arrivals="open",
+        lambda: _open_loop(
+            target, out / f"{name}-step-{offered:04d}", offered, args.step_seconds, args
         ),
     )
     verdict = capacity.judge(result, offered)
@@ -275,7 +282,7 @@ def _level(
     )
     return {
         "offered_rps": offered,
-        "users": users,
+        "users": _users(offered, args),
         "held": verdict.held,
         "not_held_because": list(verdict.reasons),
         "requests": result.requests,
