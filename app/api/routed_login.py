@@ -8,11 +8,12 @@ refusal `{"status": 503 | 404, "detail": ..., "retry_after_s": ..., ...}`.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from app.api.routes import to_query, to_response
 from app.api.schemas import OfferRequest
-from app.core.admission import OVERLOADED_DETAIL, AdmissionGate
+from app.core.admission import OVERLOADED_DETAIL, AdmissionGate, EdgeArrival
 from app.core.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
 
 OVERLOADED = OVERLOADED_DETAIL
@@ -25,14 +26,19 @@ async def answer_routed_login(
     *,
     request_id: str | None,
     retry_after_s: float,
+    wait_ms: float = 0.0,
 ) -> dict[str, Any]:
     """One routed login's reply; `payload["deadline_ms"]` is what is left of its budget.
 
     Every reply carries the replica's admission bound (`max_in_flight`), and a refusal by the
     gate says so (`replica_full`): the router learns from them how many logins the version
-    takes, and whether another replica may still have room (app.core.version_load)."""
+    takes, and whether another replica may still have room (app.core.version_load).
+
+    A full replica holds the login up to `wait_ms` for one of its slots; the wait comes off
+    the login's budget, which starts as it arrives here."""
     bound = gate.max_in_flight
-    if not gate.try_enter():
+    arrival = EdgeArrival(started=time.perf_counter(), waited_before_ms=0.0)
+    if not await gate.enter_within(wait_ms / 1000.0):
         return {
             "status": 503,
             "detail": OVERLOADED,
@@ -42,7 +48,7 @@ async def answer_routed_login(
         }
     try:
         body = OfferRequest.model_validate(payload)
-        answer = await service.recommend(to_query(body, request_id))
+        answer = await service.recommend(to_query(body, request_id, arrival))
     except BudgetSpentBeforeStart as exc:
         return {
             "status": 503,

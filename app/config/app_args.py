@@ -278,7 +278,9 @@ class AdmissionConfig(StrictModel):
         "request_budget_ms. Default (null): half of the application's request_budget_ms. "
         "Long enough that a login admitted to the queue is scored, not refused late: in a "
         "burst the replicas' first logins take a few hundred ms, and a login that waited "
-        "them out only to be refused would be the burst's slowest refusal.",
+        "them out only to be refused would be the burst's slowest refusal. A game's router "
+        "also lets a login wait for room on its version for what is left of it (the two "
+        "waits together).",
     )
     edge_max_queued: int = Field(
         default=16,

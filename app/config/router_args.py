@@ -52,8 +52,10 @@ class RouterAppArgs(StrictModel):
         "if it fails or stays silent",
     )
     retry_after_s: float = Field(default=1.0, ge=0)
-    # Enforced at the edge only (HAProxy's maxconn per router replica): the router holds no
-    # work of its own, the versions it calls keep their own gates.
+    # The bound is enforced at the edge only (HAProxy's maxconn per router replica): the
+    # router holds no work of its own, the versions it calls keep their own gates. The queue
+    # timeout bounds a login's wait in HAProxy's queue and, for what is left of it, in the
+    # router for room on its version (app.core.version_load).
     admission: AdmissionConfig = Field(default_factory=lambda: AdmissionConfig(max_in_flight=32))
     router: DeploymentArgs = Field(default_factory=lambda: ROUTER_DEFAULTS)
 

@@ -4,7 +4,9 @@ Every accepted login is answered within its budget (the deadline cuts the featur
 the fan-out short, and the answer falls back), but only while the replica's event loop keeps
 up. Logins past the point where it cannot only add loop lag and queueing that no budget
 sees. The gate refuses them in microseconds, with a retryable 503, so the accepted ones stay
-on time and the caller learns at once that it should back off.
+on time and the caller learns at once that it should back off. A login a game's router sends
+may instead wait a bounded time for a slot here (`enter_within`): it has no queue in front of
+this replica, and its refusal would cost two event loops' trips.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.load_meter import LoadMeter
+from app.core.slot_waiters import SlotWaiters
 
 # The body of every refusal for load, whoever gives it: a supervisor's gate, a version
 # answering the router, or HAProxy's queue (app.edge). A caller sees one refusal, one meaning.
@@ -37,16 +40,35 @@ class AdmissionGate:
         self.refused = 0
         # The replica's load signal (autoscaling): logins held, over the bound.
         self._load = load
+        self._waiting = SlotWaiters()
 
     def try_enter(self) -> bool:
-        if self.in_flight >= self.max_in_flight:
+        """Admit a login at once, or refuse it: no login may wait here before it (HTTP
+        logins wait in HAProxy's queue instead, where refusing costs no Python)."""
+        if self.in_flight >= self.max_in_flight or self._waiting:
             self.refused += 1
             return False
+        self._take()
+        return True
+
+    async def enter_within(self, wait_s: float) -> bool:
+        """Admit a login at once if there is room, else let it wait up to `wait_s` for a
+        slot to free here, first come first served (a login a game's router sends: it has
+        no queue in front of this replica, and Serve's handle can send it to a full replica
+        while another has room; app.core.version_load)."""
+        if self.in_flight < self.max_in_flight and not self._waiting:
+            self._take()
+            return True
+        if await self._waiting.wait(wait_s, give_back=self.leave):
+            return True
+        self.refused += 1
+        return False
+
+    def _take(self) -> None:
         self.in_flight += 1
         self.admitted += 1
         if self._load is not None:
             self._load.enter()
-        return True
 
     def alone(self) -> bool:
         """Whether at most one login is in flight here: the caller, if it was admitted. No
@@ -59,6 +81,8 @@ class AdmissionGate:
         self.in_flight -= 1
         if self._load is not None:
             self._load.exit()
+        if self._waiting:
+            self._waiting.hand_over(lambda: self.in_flight < self.max_in_flight, self._take)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,11 @@ forwards the login with what is left of its budget, and if that version's applic
 missing, not running, failing or silent, tries the next one while budget remains, flagging
 the answer (`rerouted_reason`). A version that failed or stayed silent for several logins in
 a row is skipped for a while (app.core.version_breaker). A version that refuses because it is
-overloaded (503) is not bypassed: its load would only overload the next one; the router refuses
-by itself a login for a version it already fills, and tries a version once more when only one
-of its supervisors was full (app.core.version_load). When no version can answer, the caller
-gets a fast 503 with Retry-After, never a 5xx of another kind.
+overloaded (503) is not bypassed: its load would only overload the next one. A login for a
+version the router already fills waits in the router for a slot, within its queue allowance,
+or is refused by the router without the hop; a version is tried once more when only one of
+its supervisors was full (app.core.version_load). When no version can answer, the caller gets
+a fast 503 with Retry-After, never a 5xx of another kind.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def unavailable_reason(health: VersionHealth | None) -> str | None:
 
 class VersionBackend(Protocol):
     async def offer(
-        self, version: str, payload: dict[str, Any], request_id: str | None
+        self, version: str, payload: dict[str, Any], request_id: str | None, wait_ms: float = 0.0
     ) -> dict[str, Any]:
-        """The version's reply: {"status": 200, "body": ...} or {"status": 503|404, ...}."""
+        """The version's reply: {"status": 200, "body": ...} or {"status": 503|404, ...}.
+        `wait_ms`: how long a full supervisor may hold the login for a slot of its own, out
+        of `payload["deadline_ms"]`, before refusing it."""
         ...
 
 
@@ -108,8 +111,12 @@ class OfferRouter:
         breaker: VersionBreaker | None = None,
         load: VersionLoad | None = None,
         meter: LoadMeter | None = None,
+        queue_timeout_ms: float = 0.0,
     ) -> None:
         self._backend = backend
+        # How long a login may wait for room, in HAProxy's queue and for a version's slot
+        # here together (the edge's `timeout queue`); 0: a full version is refused at once.
+        self._queue_timeout_ms = max(queue_timeout_ms, 0.0)
         # Logins this replica holds, over its edge bound: what the router autoscales on.
         self._meter = meter
         self._breaker = breaker or VersionBreaker()
@@ -150,6 +157,7 @@ class OfferRouter:
         if payload.get("deadline_ms") is not None:
             budget_ms = min(budget_ms, float(payload["deadline_ms"]))
         deadline = Deadline.start(budget_ms)
+        queue_left_ms = self._queue_timeout_ms - max(waited_ms, 0.0)
         self._problems.tick()
         split = self.split  # one split per login, even if the weights change meanwhile
         assigned = split.assign(str(payload["player_id"]))
@@ -177,11 +185,21 @@ class OfferRouter:
                 if last or left_ms < MIN_ATTEMPT_MS:
                     break
                 give_ms = left_ms
-            if self._load.full(version):
-                # This router already holds every login the version's supervisors admit:
-                # the supervisor would refuse this one too, only later (app.core.version_load).
+            # This router may already hold every login the version's supervisors admit: the
+            # login waits for one of them to finish, as long as its queue allowance and its
+            # try's budget allow (a supervisor would refuse it, only later and slower).
+            wait_ms = min(queue_left_ms, give_ms - MIN_ATTEMPT_MS)
+            started_ms = deadline.elapsed_ms()
+            if not await self._load.acquire(version, wait_ms / 1000.0):
                 return self._refused(assigned, reason, OVERLOADED_DETAIL, self._retry_after_s)
-            reply = await self._call(version, give_ms, payload, request_id)
+            waited = deadline.elapsed_ms() - started_ms
+            queue_left_ms -= waited
+            give_ms -= waited
+            # What is left of the allowance, a full supervisor may spend waiting for one of
+            # its own slots: Serve's handle spreads logins by stale queue lengths, and sent
+            # again at once a refused login often found the same supervisor full.
+            supervisor_wait_ms = max(0.0, min(queue_left_ms, give_ms - MIN_ATTEMPT_MS))
+            reply = await self._call(version, give_ms, payload, request_id, supervisor_wait_ms)
             if isinstance(reply, str):
                 reason = reason or reply
                 i += 1
@@ -225,14 +243,21 @@ class OfferRouter:
         )
 
     async def _call(
-        self, version: str, give_ms: float, payload: dict[str, Any], request_id: str | None
+        self,
+        version: str,
+        give_ms: float,
+        payload: dict[str, Any],
+        request_id: str | None,
+        wait_ms: float,
     ) -> dict[str, Any] | str:
         """The version's reply, or why there is none (unavailable | timeout | failed), with
-        the breaker and the problem log told."""
-        self._load.enter(version)
+        the breaker and the problem log told. The login holds one of the version's slots
+        (`VersionLoad.acquire`); it gives it back here."""
         try:
             return await asyncio.wait_for(
-                self._backend.offer(version, {**payload, "deadline_ms": int(give_ms)}, request_id),
+                self._backend.offer(
+                    version, {**payload, "deadline_ms": int(give_ms)}, request_id, wait_ms
+                ),
                 timeout=give_ms / 1000.0 + REPLY_GRACE_S,
             )
         except VersionUnavailable as exc:
@@ -260,9 +285,7 @@ class OfferRouter:
         self, assigned: str, reason: str | None, detail: str, retry_after_s: float
     ) -> RoutedReply:
         self._on_routed(assigned, "none", "refused")
-        return RoutedReply(
-            503, assigned, reason=reason, detail=detail, retry_after_s=retry_after_s
-        )
+        return RoutedReply(503, assigned, reason=reason, detail=detail, retry_after_s=retry_after_s)
 
     def close(self) -> None:
         self._problems.flush()

@@ -6,12 +6,22 @@ the supervisor's event loops both ways, on the cores that score the admitted log
 the game route, a burst of 1,000 on `make run`: refusals by HAProxy p99 241 ms, by a
 supervisor 331 ms, 2026-11-25). Two things keep logins off that path:
 
-- the router refuses at once, without the hop, a login for a version it already holds as
-  many logins on as the version's running supervisors admit (its share of them, when there
-  are several router replicas);
+- the router never sends a version more logins than the version's running supervisors admit
+  (its share of them, when there are several router replicas). A login over that waits in the
+  router for a slot, first come first served, for at most what is left of its queue
+  allowance (`acquire`): the version turns its slots over in tens of ms, so the login is
+  scored rather than refused. A refusal made in a replica's loop, busy with the logins it
+  holds, is slower than HAProxy's (a hot player through the game route, 2026-11-26: the
+  replicas' refusals set the p99 at 79-210 ms, HAProxy's took a few ms). What cannot wait
+  is refused at once, still without the hop;
 - a refusal because one supervisor was full, while the version as a whole still had room, is
   tried once more: the handle's power-of-two choice routes a burst unevenly (28 logins at once
   onto 2 supervisors of 16 each: 7 to 12 refused in 2 of 5 bursts, 0 after one more try).
+  A supervisor also lets a routed login wait for its own next free slot, within what is
+  left of the login's queue allowance (app.core.admission): sent again at once, Serve's
+  handle often picked a full supervisor again (a hot player through the game route: 65
+  logins in 20 s refused after 3 tries each, while the router held 26-31 of the version's
+  32 slots; `make run`, 2026-11-26).
 
 The per-replica bound is learned from the supervisors' own replies (`max_in_flight`), so it
 cannot drift from the versions' config; until it is known, nothing is refused or retried here.
@@ -23,6 +33,8 @@ import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from app.core.slot_waiters import SlotWaiters
 
 
 class VersionLoad:
@@ -37,6 +49,8 @@ class VersionLoad:
         self._routers = routers
         self._in_flight: Counter[str] = Counter()
         self._bound: dict[str, int] = {}
+        # version -> logins waiting for one of its slots
+        self._waiting: dict[str, SlotWaiters] = {}
 
     def learn(self, version: str, reply: dict[str, Any]) -> None:
         bound = reply.get("max_in_flight")
@@ -55,9 +69,24 @@ class VersionLoad:
         return self._in_flight[version]
 
     def full(self, version: str) -> bool:
-        """Every slot the version has for this router is taken: refuse without the hop."""
+        """Every slot the version has for this router is taken."""
         capacity = self.capacity(version)
         return capacity is not None and self._in_flight[version] >= capacity
+
+    def waiting(self, version: str) -> int:
+        return len(self._waiting.get(version, ()))
+
+    async def acquire(self, version: str, wait_s: float) -> bool:
+        """Take a slot on the version for one login (`leave` gives it back): at once if the
+        version has room and no login waits before this one, else waiting up to `wait_s`.
+        False if no slot came in time: the login holds nothing."""
+        waiters = self._waiting.get(version)
+        if not waiters and not self.full(version):
+            self.enter(version)
+            return True
+        if waiters is None:
+            waiters = self._waiting[version] = SlotWaiters()
+        return await waiters.wait(wait_s, give_back=lambda: self.leave(version))
 
     def worth_retrying(self, version: str, reply: dict[str, Any]) -> bool:
         """A supervisor refused because it was full, while this router holds fewer logins on
@@ -75,3 +104,7 @@ class VersionLoad:
         self._in_flight[version] -= 1
         if self._in_flight[version] <= 0:
             del self._in_flight[version]
+        waiters = self._waiting.get(version)
+        if waiters:
+            # The freed slot goes to the login waiting longest (app.core.slot_waiters).
+            waiters.hand_over(lambda: not self.full(version), lambda: self.enter(version))

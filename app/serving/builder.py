@@ -110,6 +110,7 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
         ingress_deployment=SUPERVISOR_DEPLOYMENT,
         retry_after_s=args.retry_after_s,
         max_in_flight=args.admission.max_in_flight,
+        queue_timeout_ms=args.admission.queue_timeout_ms(args.request_budget_ms),
     )
     app: Application = router.bind(config)
     return app

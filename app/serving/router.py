@@ -60,6 +60,9 @@ class RouterConfig(BaseModel):
     retry_after_s: float = Field(ge=0)
     # Logins HAProxy lets into one router replica at once (its maxconn, the admission bound).
     max_in_flight: int = Field(ge=1)
+    # How long a login may wait for room, in HAProxy's queue and for a version's slot in the
+    # router together (the edge's `timeout queue`; app.core.version_load).
+    queue_timeout_ms: float = Field(default=0.0, ge=0)
 
 
 def version_health(status: Any, ingress: str) -> dict[str, VersionHealth]:
@@ -102,7 +105,7 @@ class HandleBackend:
         self.health: dict[str, VersionHealth] = {}
 
     async def offer(
-        self, version: str, payload: dict[str, Any], request_id: str | None
+        self, version: str, payload: dict[str, Any], request_id: str | None, wait_ms: float = 0.0
     ) -> dict[str, Any]:
         app = self._applications[version]
         why = unavailable_reason(self.health.get(app)) if self.health else None
@@ -110,7 +113,7 @@ class HandleBackend:
             raise VersionUnavailable(f"application {app}: {why}")
         try:
             reply: dict[str, Any] = await self._handles[version].route_offer.remote(
-                payload, request_id
+                payload, request_id, wait_ms
             )
         except BackPressureError as exc:
             # The version's replicas and queues are full: overloaded, not down. Refused like
@@ -165,6 +168,7 @@ class VersionRouter:
             on_routed=telemetry.routed,
             load=VersionLoad(backend.replicas, lambda: backend.routers),
             meter=self._load,
+            queue_timeout_ms=config.queue_timeout_ms,
         )
         self._api_key_sha256 = get_settings().api_key_sha256
         self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())

@@ -21,7 +21,7 @@ class Backend:
     def __init__(self):
         self.deadlines = []
 
-    async def offer(self, version, payload, request_id):
+    async def offer(self, version, payload, request_id, wait_ms=0.0):
         self.deadlines.append(payload["deadline_ms"])
         return {"status": 503, "detail": "busy", "retry_after_s": 1}
 

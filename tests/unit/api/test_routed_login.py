@@ -49,3 +49,58 @@ def test_a_full_replica_says_so_with_its_bound():
     }
     assert reply["detail"].startswith("overloaded") and gate.in_flight == 1
 
+
+def test_a_full_replica_holds_a_routed_login_for_a_slot_within_its_wait():
+    gate = AdmissionGate(1)
+    payload = {"player_id": "p1", "game": "test-game", "deadline_ms": 400}
+
+    async def scenario():
+        assert gate.try_enter()  # another login holds the one slot
+        waiting = asyncio.create_task(
+            answer_routed_login(
+                service(), gate, payload, request_id="r-2", retry_after_s=2.0, wait_ms=300.0
+            )
+        )
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()  # held, not refused
+        gate.leave()
+        return await waiting
+
+    reply = asyncio.run(scenario())
+    assert reply["status"] == 200 and reply["body"]["personalized"] is True
+    assert gate.in_flight == 0 and gate.refused == 0
+
+
+def test_a_routed_login_that_waited_out_its_budget_is_not_scored():
+    # The wait comes off the login's budget: its deadline starts as it reaches the replica.
+    gate = AdmissionGate(1)
+    payload = {"player_id": "p1", "game": "test-game", "deadline_ms": 20}
+
+    async def scenario():
+        assert gate.try_enter()
+        waiting = asyncio.create_task(
+            answer_routed_login(
+                service(), gate, payload, request_id="r-3", retry_after_s=2.0, wait_ms=500.0
+            )
+        )
+        await asyncio.sleep(0.05)  # past its 20 ms budget
+        gate.leave()
+        return await waiting
+
+    reply = asyncio.run(scenario())
+    assert reply["status"] == 503 and "replica_full" not in reply
+    assert gate.in_flight == 0
+
+
+def test_a_routed_login_whose_wait_runs_out_is_a_full_replica_refusal():
+    gate = AdmissionGate(1)
+    assert gate.try_enter()
+    payload = {"player_id": "p1", "game": "test-game", "deadline_ms": 400}
+    reply = asyncio.run(
+        answer_routed_login(
+            service(), gate, payload, request_id="r-4", retry_after_s=2.0, wait_ms=10.0
+        )
+    )
+    assert reply["status"] == 503 and reply["replica_full"] is True
+    assert gate.in_flight == 1 and gate.refused == 1

@@ -1,5 +1,7 @@
 """The admission gate and the front proxy's arrival stamp."""
 
+import asyncio
+
 import pytest
 
 from app.core.admission import MAX_EDGE_WAIT_S, AdmissionGate, parse_request_start
@@ -23,6 +25,58 @@ def test_a_login_is_alone_only_while_no_other_is_in_flight():
     assert gate.try_enter() and not gate.alone()  # the two could share a fan-out
     gate.leave()
     assert gate.alone()
+
+
+def test_a_routed_login_waits_for_a_freed_slot_first_come_first_served():
+    from app.core.load_meter import LoadMeter
+
+    meter = LoadMeter(1)
+    gate = AdmissionGate(1, load=meter)
+
+    async def scenario():
+        assert await gate.enter_within(0.0)  # room: at once, no wait needed
+        order = []
+
+        async def routed(name):
+            assert await gate.enter_within(30.0)
+            order.append(name)
+
+        first = asyncio.create_task(routed("first"))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(routed("second"))
+        await asyncio.sleep(0)
+        gate.leave()
+        # The slot is taken for the oldest waiter as it frees: an HTTP login arriving before
+        # it resumes is refused, not let in ahead of it.
+        assert gate.in_flight == 1 and not gate.try_enter()
+        await first
+        gate.leave()
+        await second
+        assert order == ["first", "second"]
+        gate.leave()
+
+    asyncio.run(scenario())
+    assert (gate.in_flight, gate.admitted, gate.refused) == (0, 3, 1)
+    assert meter.level == 0  # the load signal followed every slot, handed over or not
+
+
+def test_a_routed_login_whose_wait_runs_out_is_refused_holding_nothing():
+    gate = AdmissionGate(1)
+
+    async def scenario():
+        assert gate.try_enter()
+        assert not await gate.enter_within(0.0)  # no allowance: refused at once
+        assert not await gate.enter_within(0.01)  # nobody leaves in time
+        waiter = asyncio.create_task(gate.enter_within(30.0))
+        await asyncio.sleep(0)
+        gate.leave()  # a slot taken for it...
+        waiter.cancel()  # ...which its caller abandoned before it resumed: given back
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(scenario())
+    assert (gate.in_flight, gate.refused) == (0, 2)
+    assert gate.try_enter()
 
 
 def test_gate_rejects_a_leave_without_an_enter_and_a_zero_bound():

@@ -6,6 +6,7 @@ import pytest
 
 from app.core.offer_routing import (
     FULL_REPLICA_RETRIES,
+    MIN_ATTEMPT_MS,
     OfferRouter,
     VersionHealth,
     VersionUnavailable,
@@ -28,9 +29,11 @@ class Backend:
     def __init__(self, behaviour):
         self.behaviour = behaviour
         self.calls = []
+        self.waits = []  # how long each call let a full supervisor hold the login
 
-    async def offer(self, version, payload, request_id):
+    async def offer(self, version, payload, request_id, wait_ms=0.0):
         self.calls.append((version, payload["deadline_ms"]))
+        self.waits.append(wait_ms)
         what = self.behaviour[version]
         if isinstance(what, list):
             what = what.pop(0)
@@ -44,7 +47,9 @@ class Backend:
         return {**what, "body": {**what["body"], "version": version}} if "body" in what else what
 
 
-def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None, load=None):
+def router(
+    backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None, load=None, queue_ms=0.0
+):
     routed = []
     split = VersionSplit(GAME, ["stable", "canary"], weights or {"stable": 0, "canary": 1})
     r = OfferRouter(
@@ -56,6 +61,7 @@ def router(backend, weights=None, budget_ms=400, reserve_ms=150, breaker=None, l
         on_routed=lambda *a: routed.append(a),
         breaker=breaker,
         load=load,
+        queue_timeout_ms=queue_ms,
     )
     return r, routed
 
@@ -317,6 +323,59 @@ def test_a_version_the_router_already_fills_is_refused_without_a_call():
     assert routed.count(("canary", "none", "refused")) == 1
 
 
+def test_a_login_for_a_version_the_router_fills_waits_for_a_slot_within_its_allowance():
+    first_gate, second_gate = asyncio.Event(), asyncio.Event()
+    backend = Backend({"canary": [first_gate, second_gate, OK], "stable": OK})
+    load = known_load(replicas=1, bound=2)
+    r, routed = router(backend, load=load, queue_ms=200)
+
+    async def three_logins():
+        logins = [
+            asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None)) for _ in range(2)
+        ]
+        for _ in range(10):
+            await asyncio.sleep(0)
+        third = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(backend.calls) == 2 and load.waiting("canary") == 1  # held in the router
+        first_gate.set()
+        answered_first = await logins[0]
+        reply = await third  # sent once the first login's slot freed
+        second_gate.set()
+        return answered_first, reply, await logins[1]
+
+    replies = asyncio.run(three_logins())
+    assert [(x.status, x.answered) for x in replies] == [(200, "canary")] * 3
+    assert [version for version, _ in backend.calls] == ["canary"] * 3
+    # The wait came off the third login's try: never more than the first one was given.
+    assert backend.calls[2][1] <= backend.calls[0][1]
+    assert routed.count(("canary", "canary", "none")) == 3
+    assert load.in_flight("canary") == 0 and load.waiting("canary") == 0
+
+
+def test_a_login_that_spent_its_allowance_in_the_edge_queue_is_refused_at_once():
+    backend = Backend({"canary": OK, "stable": OK})
+    load = known_load(replicas=1, bound=1)
+    load.enter("canary")
+    r, routed = router(backend, load=load, queue_ms=200)
+    reply = asyncio.run(r.route({"player_id": "p1", "game": GAME}, None, waited_ms=200.0))
+    assert reply.status == 503 and backend.calls == [] and load.waiting("canary") == 0
+    assert routed == [("canary", "none", "refused")]
+
+
+def test_a_wait_that_runs_out_is_a_refusal_not_a_spill():
+    # The version stays full: the login is refused after its wait, the failover reserve kept
+    # and no other version sent the overload.
+    backend = Backend({"canary": OK, "stable": OK})
+    load = known_load(replicas=1, bound=1)
+    load.enter("canary")
+    r, routed = router(backend, load=load, budget_ms=400, reserve_ms=150, queue_ms=30)
+    reply = route(r)
+    assert reply.status == 503 and reply.retry_after_s == 2 and backend.calls == []
+    assert routed == [("canary", "none", "refused")] and load.in_flight("canary") == 1
+
+
 def test_the_router_meters_every_login_it_holds_over_its_bound():
     # What the router autoscales on: logins in flight through this replica, each for its
     # whole stay (failover and local refusals included), as a share of its edge bound.
@@ -391,3 +450,26 @@ def test_the_meter_lets_go_of_logins_refused_failed_or_abandoned():
         return held
 
     assert asyncio.run(abandoned()) == 1 and meter.level == 0
+
+
+def test_a_full_supervisor_may_hold_a_login_for_what_is_left_of_its_allowance():
+    backend = Backend({"canary": OK, "stable": OK})
+    r, _ = router(backend, budget_ms=400, reserve_ms=150, queue_ms=200)
+    assert route(r).status == 200
+    # The allowance (200 ms), within the try's budget (250 ms) less a minimal attempt.
+    assert backend.waits == [pytest.approx(200, abs=5)]
+
+    spent = Backend({"canary": OK, "stable": OK})
+    r, _ = router(spent, budget_ms=400, reserve_ms=150, queue_ms=200)
+    reply = asyncio.run(r.route({"player_id": "p1", "game": GAME}, None, waited_ms=250.0))
+    assert reply.status == 200 and spent.waits == [0.0]  # spent in HAProxy's queue
+
+    short = Backend({"canary": OK, "stable": OK})
+    r, _ = router(short, budget_ms=400, reserve_ms=150, queue_ms=1000)
+    assert route(r).status == 200
+    # Never into the failover reserve: the try's 250 ms less the minimal attempt.
+    assert short.waits[0] <= 250 - MIN_ATTEMPT_MS and short.waits[0] > 200
+
+    none = Backend({"canary": OK, "stable": OK})
+    r, _ = router(none)  # no allowance: a full supervisor refuses at once, as before
+    assert route(r).status == 200 and none.waits == [0.0]

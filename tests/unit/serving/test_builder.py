@@ -81,6 +81,10 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
             build_router(args), name=entry["name"], make_deployment_handle=lambda d, a: object()
         )
         assert [d.name for d in built.deployments] == ["router"]
+        # A login waits for a version's slot in the router within the edge's queue timeout.
+        [config] = built.deployments[0].init_args
+        assert config.queue_timeout_ms == args.admission.queue_timeout_ms(args.request_budget_ms)
+        assert 0 < config.queue_timeout_ms < args.request_budget_ms
 
 
 def test_production_layout_sizes_one_member_on_its_own(standard_models) -> None:

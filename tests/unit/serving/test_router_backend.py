@@ -68,9 +68,11 @@ class Handle:
         self.calls = 0
         self.route_offer = self
         self.raises = raises
+        self.waits = []
 
-    async def remote(self, payload, request_id):
+    async def remote(self, payload, request_id, wait_ms):
         self.calls += 1
+        self.waits.append(wait_ms)
         if self.raises is not None:
             raise self.raises
         return {"status": 200, "body": {"ok": True}}
@@ -91,8 +93,9 @@ def backend(health: dict[str, VersionHealth]) -> tuple[HandleBackend, Handle]:
 )
 def test_a_version_with_a_live_supervisor_is_called(health):
     b, handle = backend(health)
-    reply = asyncio.run(b.offer("2026-11", {}, None))
+    reply = asyncio.run(b.offer("2026-11", {}, None, 120.0))
     assert reply["status"] == 200 and handle.calls == 1
+    assert handle.waits == [120.0]  # how long a full supervisor may hold it reaches it
 
 
 @pytest.mark.parametrize(
