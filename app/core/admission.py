@@ -43,9 +43,10 @@ class AdmissionGate:
         self._waiting = SlotWaiters()
 
     def try_enter(self) -> bool:
-        """Admit a login at once, or refuse it: no login may wait here before it (HTTP
-        logins wait in HAProxy's queue instead, where refusing costs no Python)."""
-        if self.in_flight >= self.max_in_flight or self._waiting:
+        """Admit a login at once, or refuse it (HTTP logins wait in HAProxy's queue instead,
+        where refusing costs no Python). It cannot pass a waiting routed login: logins only
+        wait while every slot is taken, and a freed slot is handed to the oldest of them."""
+        if self.in_flight >= self.max_in_flight:
             self.refused += 1
             return False
         self._take()
@@ -77,7 +78,7 @@ class AdmissionGate:
 
     def leave(self) -> None:
         if self.in_flight <= 0:
-            raise RuntimeError("AdmissionGate.leave() without a matching try_enter()")
+            raise RuntimeError("AdmissionGate.leave() without a login it admitted")
         self.in_flight -= 1
         if self._load is not None:
             self._load.exit()

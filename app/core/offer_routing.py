@@ -39,6 +39,10 @@ REPLY_GRACE_S = 0.05
 # How many more times a login refused by one full supervisor is sent to the same version while
 # the version has room (app.core.version_load): Serve's handle can pick the full one again.
 FULL_REPLICA_RETRIES = 2
+# A full supervisor's wait for a slot ends this long before the try's budget does, so that its
+# refusal still gets back through both event loops before the router stops waiting for it
+# (which would count as the version's timeout and send the login to another version).
+SUPERVISOR_REFUSAL_MARGIN_MS = 100.0
 
 
 class VersionUnavailable(RuntimeError):
@@ -195,11 +199,22 @@ class OfferRouter:
             waited = deadline.elapsed_ms() - started_ms
             queue_left_ms -= waited
             give_ms -= waited
+            if give_ms < MIN_ATTEMPT_MS:
+                # The slot came (or the loop resumed) too late to try: give it back.
+                self._load.leave(version)
+                return self._refused(assigned, reason, OVERLOADED_DETAIL, self._retry_after_s)
             # What is left of the allowance, a full supervisor may spend waiting for one of
             # its own slots: Serve's handle spreads logins by stale queue lengths, and sent
             # again at once a refused login often found the same supervisor full.
-            supervisor_wait_ms = max(0.0, min(queue_left_ms, give_ms - MIN_ATTEMPT_MS))
+            supervisor_wait_ms = max(
+                0.0,
+                min(queue_left_ms, give_ms - MIN_ATTEMPT_MS - SUPERVISOR_REFUSAL_MARGIN_MS),
+            )
+            called_ms = deadline.elapsed_ms()
             reply = await self._call(version, give_ms, payload, request_id, supervisor_wait_ms)
+            # A try that did not answer may have spent its wait in the supervisor: it comes off
+            # the allowance, so that a retry or the next version cannot wait it again.
+            queue_left_ms -= min(deadline.elapsed_ms() - called_ms, supervisor_wait_ms)
             if isinstance(reply, str):
                 reason = reason or reply
                 i += 1
