@@ -22,4 +22,10 @@ SERVE_PROCESS_ENV: dict[str, str] = {
     # failing. Serve's default is `conn-failure` only; a deliberate 503 is never retried.
     "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response junk-response",
     "RAY_SERVE_HAPROXY_RETRIES": "2",
+    # One HAProxy thread (Serve's default is 4). With several, HAProxy 2.8 let a replica hold
+    # one login over its `maxconn` (the admission bound) at times: `show stat` smax 17 of 16,
+    # and the replica's own gate refused 55 logins in 20 s of a hot player on `make run`
+    # (100 clients), slower than HAProxy's refusals. With one thread: smax 16, 0 refused by a
+    # replica (2026-11-26). One thread is ample for HAProxy's share of a login's work.
+    "RAY_SERVE_HAPROXY_NBTHREAD": "1",
 }

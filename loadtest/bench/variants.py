@@ -15,6 +15,7 @@ _NO_HAPROXY = {
     "RAY_SERVE_ENABLE_HA_PROXY": None,
     "RAY_SERVE_HAPROXY_RETRY_ON": None,
     "RAY_SERVE_HAPROXY_RETRIES": None,
+    "RAY_SERVE_HAPROXY_NBTHREAD": None,
 }
 _NO_COALESCING = {"coalescing": {"enabled": False}}
 _OLD_READS = {"OFFERS_FEATURE_CACHE_TTL_S": "0", "OFFERS_DYNAMODB_BATCH_READS": "false"}
@@ -40,6 +41,12 @@ VARIANTS: dict[str, Variant] = {
             "Serve's Python proxy on the documented port instead of HAProxy",
             ray_env=_NO_HAPROXY,
             edge=False,  # no HAProxy, so nothing for the edge's wrapper to configure
+        ),
+        Variant(
+            "haproxy-4-threads",
+            "Serve's HAProxy with its default 4 threads instead of the shipped 1 "
+            "(RAY_SERVE_HAPROXY_NBTHREAD)",
+            ray_env={"RAY_SERVE_HAPROXY_NBTHREAD": "4"},
         ),
         Variant(
             "grpc-off",

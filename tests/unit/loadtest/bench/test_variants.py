@@ -86,6 +86,7 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["shallow-edge-queue"].args == {"admission": {"edge_max_queued": 1}}
     assert VARIANTS["short-edge-queue"].args == {"admission": {"edge_queue_timeout_ms": 5}}
     assert VARIANTS["edge-queue-30ms"].args == {"admission": {"edge_queue_timeout_ms": 30}}
+    assert VARIANTS["haproxy-4-threads"].ray_env == {"RAY_SERVE_HAPROXY_NBTHREAD": "4"}
 
 
 def test_planned_production_runs_the_layout_k8s_ships():
