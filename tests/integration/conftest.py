@@ -96,6 +96,32 @@ def deploy(args, name: str = APP_NAME, route_prefix: str = ROUTE_PREFIX) -> None
         time.sleep(0.2)
 
 
+def deploy_router_over(
+    serve_base: str, version_args, name: str, router_args: dict
+) -> tuple[str, str, str]:
+    """One version application (`version_args`) and a game router over it alone, as
+    `<name>-version` and `<name>`; `router_args` go over the router's game and version.
+    Returns the router's base URL and both application names (for serve.delete)."""
+    from urllib.parse import urlsplit
+
+    from ray import serve
+
+    from app.config.router_args import RouterAppArgs
+    from app.serving.builder import build_router
+
+    version_app, router_app = f"{name}-version", name
+    deploy(version_args, name=version_app, route_prefix=f"/{version_app}")
+    args = RouterAppArgs.model_validate(
+        {
+            "game": TEST_GAME,
+            "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
+            **router_args,
+        }
+    )
+    serve.run(build_router(args), name=router_app, route_prefix=f"/{router_app}")
+    return serve_base.replace(urlsplit(serve_base).path, f"/{router_app}"), version_app, router_app
+
+
 def replica_actor_names(app_name: str, deployment: str) -> set[str]:
     """Names of the live replica actors of one deployment (Serve's namespace)."""
     import ray

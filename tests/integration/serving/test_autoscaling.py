@@ -15,8 +15,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from models.population import player_id
-from tests.conftest import TEST_GAME, TEST_VERSION
-from tests.integration.conftest import app_args, deploy, replica_actor_names
+from tests.integration.conftest import (
+    app_args,
+    deploy,
+    deploy_router_over,
+    replica_actor_names,
+)
 from tests.integration.serving.test_reliability import SLOW_MEMBER, offer, wait_until
 
 pytestmark = pytest.mark.integration
@@ -93,32 +97,22 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
     # version hold it well above the target.
     from ray import serve
 
-    from app.config.router_args import RouterAppArgs
-    from app.serving.builder import build_router
-
-    version_app, router_app = "router-scale-version", "router-scale"
-    deploy(
+    base, version_app, router_app = deploy_router_over(
+        serve_app,
         app_args(
             tiny_version_dir,
             straggler_grace_ms=None,
             faults={"slow_members_ms": {SLOW_MEMBER: 200}},
         ),
-        name=version_app,
-        route_prefix=f"/{version_app}",
-    )
-    args = RouterAppArgs.model_validate(
+        "router-scale",
         {
-            "game": TEST_GAME,
-            "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
             "admission": {"max_in_flight": 4},
             "router": {
                 "num_cpus": 0.05,
                 "autoscaling": {**SCALING, "max_replicas": 2, "target_utilization": 0.25},
             },
-        }
+        },
     )
-    serve.run(build_router(args), name=router_app, route_prefix=f"/{router_app}")
-    base = serve_app.replace(urlsplit(serve_app).path, f"/{router_app}")
     stop = threading.Event()
     statuses: list[int] = []
 

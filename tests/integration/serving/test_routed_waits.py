@@ -16,13 +16,11 @@ router, which knew the version full.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit
 
 import pytest
 
 from models.population import player_id
-from tests.conftest import TEST_GAME, TEST_VERSION
-from tests.integration.conftest import app_args, deploy
+from tests.integration.conftest import app_args, deploy_router_over
 from tests.integration.serving.test_reliability import SLOW_MEMBER, offer
 
 pytestmark = pytest.mark.integration
@@ -33,33 +31,23 @@ def test_a_full_version_holds_routed_logins_for_a_slot_instead_of_refusing(
 ):
     from ray import serve
 
-    from app.config.router_args import RouterAppArgs
-    from app.serving.builder import build_router
-
-    version_app, router_app = "routed-waits-version", "routed-waits"
-    deploy(
+    base, version_app, router_app = deploy_router_over(
+        serve_app,
         app_args(
             tiny_version_dir,
             admission={"max_in_flight": 1},
             straggler_grace_ms=None,
             faults={"slow_members_ms": {SLOW_MEMBER: 200}},
         ),
-        name=version_app,
-        route_prefix=f"/{version_app}",
-    )
-    args = RouterAppArgs.model_validate(
+        "routed-waits",
         {
-            "game": TEST_GAME,
-            "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
             # A login may wait up to 1.5 s for room (half the budget): far more than one
             # ~200 ms login ahead of it, even on a loaded host.
             "request_budget_ms": 3000,
             "admission": {"max_in_flight": 4},
             "router": {"num_cpus": 0.05, "autoscaling": {"min_replicas": 1, "max_replicas": 1}},
-        }
+        },
     )
-    serve.run(build_router(args), name=router_app, route_prefix=f"/{router_app}")
-    base = serve_app.replace(urlsplit(serve_app).path, f"/{router_app}")
 
     def pair(first: int) -> list[tuple[int, dict]]:
         with ThreadPoolExecutor(max_workers=2) as pool:
