@@ -12,6 +12,7 @@ import json
 import pytest
 
 from app.config.edge import BackendLimits, EdgeConfig
+from app.config.ray_env import SERVE_PROCESS_ENV
 from app.core.admission import OVERLOADED_DETAIL
 from app.edge.haproxy_config import backend_name, rewrite
 from app.local.processes import free_port
@@ -45,6 +46,8 @@ def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
         metrics_enabled=False,
         metrics_port=free_port(),
         http_options=HTTPOptions(host="127.0.0.1", port=http_port),
+        # As shipped (SERVE_PROCESS_ENV): with several threads HAProxy's limits are not strict.
+        nbthread=int(SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_NBTHREAD"]),
     )
     backend = BackendConfig(
         name=HAProxyManager.get_safe_name(f"http-{APP}"),
