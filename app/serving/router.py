@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -46,6 +47,11 @@ from app.serving.telemetry import RouterTelemetry
 logger = logging.getLogger(__name__)
 
 STATUS_POLL_S = 2.0
+# While a version has no supervisor that can answer (still deploying, or every replica down),
+# its logins are sent elsewhere or refused on the last status read. Read again soon, so that a
+# version is tried again within this of Serve having it running: at 2 s, a login right after
+# `serve deploy` reported RUNNING could still be refused by a read from while it deployed.
+STATUS_POLL_UNAVAILABLE_S = 0.25
 
 
 class RouterConfig(BaseModel):
@@ -90,9 +96,16 @@ class HandleBackend:
     """Versions reached through handles to their supervisors, skipped while none can answer."""
 
     def __init__(
-        self, applications: dict[str, str], ingress: str, own: tuple[str, str] | None = None
+        self,
+        applications: dict[str, str],
+        ingress: str,
+        own: tuple[str, str] | None = None,
+        read_status: Callable[[], Any] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._applications = applications
+        self._read_status = read_status or serve.status
+        self._sleep = sleep
         self._ingress = ingress
         # (application, deployment) of the router itself: its replicas share the versions.
         self._own = own
@@ -130,16 +143,26 @@ class HandleBackend:
         health = self.health.get(self._applications[version])
         return health.running if health is not None else None
 
+    def poll_interval_s(self) -> float:
+        """How long until the next status read: short while a version cannot be tried (or
+        the status was never read), so it is tried again soon after it can answer."""
+        if not self.health:
+            return STATUS_POLL_UNAVAILABLE_S
+        for app in self._applications.values():
+            if unavailable_reason(self.health.get(app)) is not None:
+                return STATUS_POLL_UNAVAILABLE_S
+        return STATUS_POLL_S
+
     async def follow_status(self) -> None:
         while True:
             try:
-                status = await asyncio.to_thread(serve.status)
+                status = await asyncio.to_thread(self._read_status)
                 self.health = version_health(status, self._ingress)
                 if self._own is not None:
                     self.routers = max(1, running_replicas(status, *self._own))
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
-            await asyncio.sleep(STATUS_POLL_S)
+            await self._sleep(self.poll_interval_s())
 
 
 @serve.deployment

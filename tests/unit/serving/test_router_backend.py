@@ -16,7 +16,13 @@ from ray.serve.schema import (
 )
 
 from app.core.offer_routing import VersionHealth, VersionUnavailable
-from app.serving.router import HandleBackend, running_replicas, version_health
+from app.serving.router import (
+    STATUS_POLL_S,
+    STATUS_POLL_UNAVAILABLE_S,
+    HandleBackend,
+    running_replicas,
+    version_health,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -143,3 +149,73 @@ def test_the_routers_view_of_replicas_for_its_share_of_each_version():
     assert b.replicas("2026-11") is None  # not read yet: the router caps nothing
     b.health = version_health(status, INGRESS)
     assert b.replicas("2026-11") == 2
+
+
+def serve_status(supervisors_running: int) -> ServeStatus:
+    app_status = ApplicationStatus.RUNNING if supervisors_running else ApplicationStatus.DEPLOYING
+    replicas = {"RUNNING": supervisors_running} if supervisors_running else {"STARTING": 2}
+    return ServeStatus(
+        applications={
+            "g-2026-11": application(
+                app_status, supervisor=deployment(DeploymentStatus.UPDATING, **replicas)
+            )
+        }
+    )
+
+
+def test_a_version_read_while_it_deployed_is_tried_again_at_the_next_short_read():
+    """A status read while the version was still deploying (no supervisor running) must not
+    keep its logins refused for a whole long poll once Serve has it running: the router reads
+    again after the short interval, and then calls it."""
+    reads = iter([serve_status(0), serve_status(2), serve_status(2)])
+    sleeps: list[float] = []
+    b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=lambda: next(reads))
+    handle = Handle()
+    b._handles["2026-11"] = handle  # type: ignore[assignment]
+
+    async def run() -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            if len(sleeps) == 1:
+                # Between the first read and the next: the version is skipped.
+                with pytest.raises(VersionUnavailable, match="no running replica"):
+                    await b.offer("2026-11", {}, None)
+            elif len(sleeps) == 3:
+                raise asyncio.CancelledError
+
+        b._sleep = sleep
+        with pytest.raises(asyncio.CancelledError):
+            await b.follow_status()
+        assert (await b.offer("2026-11", {}, None))["status"] == 200
+
+    asyncio.run(run())
+    assert sleeps == [STATUS_POLL_UNAVAILABLE_S, STATUS_POLL_S, STATUS_POLL_S]
+    assert STATUS_POLL_UNAVAILABLE_S < STATUS_POLL_S
+    assert handle.calls == 1
+
+
+@pytest.mark.parametrize(
+    ("health", "poll"),
+    [
+        ({}, "short"),
+        (
+            {"g-2026-11": VersionHealth("RUNNING", 2), "g-2026-10": VersionHealth("RUNNING", 1)},
+            "long",
+        ),
+        (
+            {"g-2026-11": VersionHealth("UNHEALTHY", 1), "g-2026-10": VersionHealth("RUNNING", 1)},
+            "long",
+        ),
+        (
+            {"g-2026-11": VersionHealth("UNHEALTHY", 0), "g-2026-10": VersionHealth("RUNNING", 1)},
+            "short",
+        ),
+        ({"g-2026-10": VersionHealth("RUNNING", 1)}, "short"),
+    ],
+    ids=["never-read", "all-running", "one-live-replica", "one-version-down", "one-not-deployed"],
+)
+def test_status_is_read_often_only_while_a_version_cannot_be_tried(health, poll):
+    b = HandleBackend({"2026-11": "g-2026-11", "2026-10": "g-2026-10"}, INGRESS)
+    b.health = health
+    expected = STATUS_POLL_UNAVAILABLE_S if poll == "short" else STATUS_POLL_S
+    assert b.poll_interval_s() == expected
