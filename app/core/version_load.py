@@ -104,7 +104,17 @@ class VersionLoad:
         self._in_flight[version] -= 1
         if self._in_flight[version] <= 0:
             del self._in_flight[version]
+        # The freed slot goes to the login waiting longest (app.core.slot_waiters).
+        self._hand_over(version)
+
+    def refresh(self) -> None:
+        """Hand slots to waiting logins after the versions' replicas were read again: a
+        supervisor that started running (a scale-up, a replica back) adds slots that no
+        login's end hands over, and its waiters would otherwise wait for the next one."""
+        for version in list(self._waiting):
+            self._hand_over(version)
+
+    def _hand_over(self, version: str) -> None:
         waiters = self._waiting.get(version)
         if waiters:
-            # The freed slot goes to the login waiting longest (app.core.slot_waiters).
             waiters.hand_over(lambda: not self.full(version), lambda: self.enter(version))

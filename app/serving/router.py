@@ -106,6 +106,8 @@ class HandleBackend:
         self._applications = applications
         self._read_status = read_status or serve.status
         self._sleep = sleep
+        # Called after each status read (the router's VersionLoad.refresh).
+        self.on_read: Callable[[], None] = lambda: None
         self._ingress = ingress
         # (application, deployment) of the router itself: its replicas share the versions.
         self._own = own
@@ -160,6 +162,7 @@ class HandleBackend:
                 self.health = version_health(status, self._ingress)
                 if self._own is not None:
                     self.routers = max(1, running_replicas(status, *self._own))
+                self.on_read()
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
             await self._sleep(self.poll_interval_s())
@@ -182,6 +185,8 @@ class VersionRouter:
         backend = self._backend
         self._load = LoadMeter(config.max_in_flight)
         self._idle = IdleCpu()
+        version_load = VersionLoad(backend.replicas, lambda: backend.routers)
+        backend.on_read = version_load.refresh
         self._router = OfferRouter(
             VersionSplit(config.game, self._versions, config.knobs.weights),
             self._backend,
@@ -189,7 +194,7 @@ class VersionRouter:
             failover_reserve_ms=config.knobs.failover_reserve_ms,
             retry_after_s=config.retry_after_s,
             on_routed=telemetry.routed,
-            load=VersionLoad(backend.replicas, lambda: backend.routers),
+            load=version_load,
             meter=self._load,
             queue_timeout_ms=config.queue_timeout_ms,
         )

@@ -182,3 +182,27 @@ def test_waiters_go_ahead_once_the_room_is_no_longer_known():
 
     assert asyncio.run(scenario()) == [True, True]
     assert known.in_flight("v") == 2
+
+
+def test_a_supervisor_that_starts_running_takes_waiting_logins_without_a_login_ending():
+    """A scale-up adds slots that no login's end hands over: the status read that sees the
+    new supervisor (refresh) hands them to the logins waiting, oldest first, and no more."""
+    replicas = {"v": 1}
+    known = VersionLoad(lambda version: replicas.get(version))
+    known.learn("v", {"status": 200, "max_in_flight": 2})
+
+    async def scenario():
+        assert await known.acquire("v", 0.0) and await known.acquire("v", 0.0)
+        waiters = [asyncio.create_task(known.acquire("v", 30.0)) for _ in range(3)]
+        await asyncio.sleep(0)
+        known.refresh()  # the same supervisors: nothing to hand over
+        assert known.waiting("v") == 3 and known.in_flight("v") == 2
+        replicas["v"] = 2
+        known.refresh()
+        assert known.in_flight("v") == 4 and known.waiting("v") == 1
+        done, pending = await asyncio.wait(waiters, timeout=1.0)
+        assert [w for w in waiters if w in done] == waiters[:2]
+        assert all(w.result() for w in done) and pending == {waiters[2]}
+        waiters[2].cancel()
+
+    asyncio.run(scenario())

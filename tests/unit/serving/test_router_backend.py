@@ -219,3 +219,23 @@ def test_status_is_read_often_only_while_a_version_cannot_be_tried(health, poll)
     b.health = health
     expected = STATUS_POLL_UNAVAILABLE_S if poll == "short" else STATUS_POLL_S
     assert b.poll_interval_s() == expected
+
+
+def test_each_status_read_tells_the_router_after_the_view_is_updated():
+    """The router's VersionLoad is refreshed after every read, with the new view in place."""
+    reads = iter([serve_status(0), serve_status(2)])
+    seen: list[int | None] = []
+    b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=lambda: next(reads))
+    b.on_read = lambda: seen.append(b.replicas("2026-11"))
+
+    async def run() -> None:
+        async def sleep(seconds: float) -> None:
+            if len(seen) == 2:
+                raise asyncio.CancelledError
+
+        b._sleep = sleep
+        with pytest.raises(asyncio.CancelledError):
+            await b.follow_status()
+
+    asyncio.run(run())
+    assert seen == [0, 2]
