@@ -54,6 +54,7 @@ from app.local.serve_config import (
     edge_env,
 )
 from loadtest.harness.cluster import LocalCluster, cli_env
+from loadtest.harness.open_loop import CLIENT_LOOPS
 from loadtest.harness.results import parse_study_args, results_folder, run_study, study_parser
 from loadtest.harness.systems import BIN, dynamo_env
 from loadtest.reliability.faults import DelayProxyProcess
@@ -132,13 +133,15 @@ def with_cluster(args: argparse.Namespace, app: Any, report: dict[str, Any], fol
 def run_scenarios(
     args: argparse.Namespace, target: Target, report: dict[str, Any], folder: Path
 ) -> None:
-    report["client_floor_p99_ms"] = {f"burst_{n}": client_floor(PORT, n) for n in BURSTS}
+    report["client_floor_p99_ms"] = {
+        f"burst_{n}": client_floor(PORT, n, args.client_loop) for n in BURSTS
+    }
     log(f"client floor (HAProxy /-/healthz): {report['client_floor_p99_ms']}")
     for scenario in build_scenarios(args, target):
         if args.only and scenario.name not in args.only:
             continue
         report["scenarios"][scenario.name] = run_scenario(
-            scenario, target, report["budget_ms"], folder
+            scenario, target, report["budget_ms"], folder, args.client_loop
         )
         (folder / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
 
@@ -162,7 +165,8 @@ def new_report(args: argparse.Namespace, budget_ms: float) -> dict[str, Any]:
             else "DynamoDB endpoint -> the delay proxy; every ensemble app's supervisor and "
             "members: autoscaling.min_replicas 2, max_replicas 2, max_replicas_per_node 1",
             "ingress": "Serve's HAProxy ingress with the edge's admission (app.edge)",
-            "load": "loadtest/harness/open_loop.py (aiohttp, one process on the same host)",
+            "load": "loadtest/harness/open_loop.py (aiohttp on "
+            f"{args.client_loop}, one process on the same host)",
         },
         "scenarios": {},
     }
@@ -248,6 +252,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "sends twice it); 213 is the 2026-11-25 figure of docs/performance.md",
     )
     parser.add_argument("--only", type=lambda s: set(s.split(",")), default=None)
+    parser.add_argument(
+        "--client-loop",
+        choices=CLIENT_LOOPS,
+        default="uvloop",
+        help="the load client's event loop (the client floor is measured on the same one)",
+    )
     parser.add_argument(
         "--target",
         choices=("cluster", "local"),

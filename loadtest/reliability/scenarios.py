@@ -29,6 +29,7 @@ from loadtest.harness.open_loop import (
     open_loop,
     percentile,
     random_players,
+    run_client,
     summarize,
 )
 from loadtest.harness.results import study_log
@@ -87,7 +88,7 @@ def recovered_after_s(shots: list[Shot], fault_at: float) -> float | None:
     return round(last_bad - fault_at, 2)
 
 
-def client_floor(port: int, n: int) -> float | None:
+def client_floor(port: int, n: int, client_loop: str = "uvloop") -> float | None:
     """p99 of a burst of n at HAProxy's own /-/healthz (no Python server behind it): what this
     client on this host cannot go below, whatever the service does."""
     import aiohttp
@@ -103,7 +104,7 @@ def client_floor(port: int, n: int) -> float | None:
 
             return list(await asyncio.gather(*(one() for _ in range(n))))
 
-    return percentile(asyncio.run(run()), 99)
+    return percentile(run_client(run(), client_loop), 99)
 
 
 def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
@@ -267,7 +268,11 @@ def edge_reader(target: Target, route: str) -> Callable[[], RefusalsReading | No
 
 
 def run_scenario(
-    scenario: Scenario, target: Target, budget_ms: float, folder: Path
+    scenario: Scenario,
+    target: Target,
+    budget_ms: float,
+    folder: Path,
+    client_loop: str = "uvloop",
 ) -> dict[str, Any]:
     log(f"{scenario.name}: start")
     did: list[str] = []
@@ -288,7 +293,7 @@ def run_scenario(
     reads = proxy.calls() if proxy is not None and counted else None
     edge = edge_reader(target, scenario.route)
     before = edge()
-    shots = asyncio.run(drive())
+    shots = run_client(drive(), client_loop)
     after = edge()
     if reads is not None and proxy is not None:
         reads = proxy.calls() - reads

@@ -2,7 +2,7 @@
 
 import pytest
 
-from loadtest.harness.open_loop import Shot, burst, constant_rate, summarize
+from loadtest.harness.open_loop import Shot, burst, constant_rate, run_client, summarize
 
 pytestmark = pytest.mark.unit
 
@@ -35,3 +35,22 @@ def test_summary_separates_refusals_errors_and_lost_logins():
 def test_schedules():
     assert constant_rate(4, 1.5) == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
     assert burst(3) == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(("loop", "kind"), [("uvloop", "uvloop.Loop"), ("asyncio", "asyncio")])
+def test_the_client_runs_on_the_loop_it_is_given(loop, kind):
+    import asyncio
+
+    async def main() -> str:
+        running = type(asyncio.get_running_loop())
+        return f"{running.__module__}.{running.__qualname__}"
+
+    assert run_client(main(), loop).startswith(kind)
+
+
+def test_an_unknown_client_loop_is_refused():
+    async def main() -> None:
+        return None
+
+    with pytest.raises(ValueError, match="unknown client loop 'trio'"):
+        run_client(main(), "trio")
