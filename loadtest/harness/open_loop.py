@@ -14,6 +14,7 @@ when the whole body is read, so it includes every queue in front of the service.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import time
@@ -26,16 +27,31 @@ import aiohttp
 # Longer than any budget the service can be configured with: past it, a login "got no answer".
 NO_ANSWER_AFTER_S = 10.0
 
-# The client's event loop. On one host with the service, the client's own CPU per login is in
-# every latency it records: uvloop (as the replicas run) sends a burst with less of it than
-# asyncio's default loop.
-CLIENT_LOOPS = ("uvloop", "asyncio")
+# The client's event loop. asyncio's own is the default: uvloop (as the replicas run) showed
+# no gain the runs could resolve (docs/reliability.md, 2026-11-26), and the earlier runs'
+# figures were all taken on asyncio.
+CLIENT_LOOPS = ("asyncio", "uvloop")
 
 T = TypeVar("T")
 
 
-def run_client(main: Coroutine[Any, Any, T], loop: str = "uvloop") -> T:
-    """Run a load client's coroutine to its end on a new event loop of the given kind."""
+def run_client(main: Coroutine[Any, Any, T], loop: str = "asyncio") -> T:
+    """Run a load client's coroutine to its end on a new event loop of the given kind, with
+    Python's garbage collector paused: a collection stops the client's loop, and every login
+    in flight then reads its answer late. The client floor of a burst of 1,000 at HAProxy's
+    own /-/healthz was 237-275 ms with it and 141-148 ms without (make run, 2026-11-26,
+    3 interleaved pairs). A run's objects are few enough to keep until it ends."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        return _run_on(main, loop)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run_on(main: Coroutine[Any, Any, T], loop: str) -> T:
     if loop == "uvloop":
         import uvloop
 

@@ -255,7 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--client-loop",
         choices=CLIENT_LOOPS,
-        default="uvloop",
+        default="asyncio",
         help="the load client's event loop (the client floor is measured on the same one)",
     )
     parser.add_argument(

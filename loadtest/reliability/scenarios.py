@@ -88,7 +88,7 @@ def recovered_after_s(shots: list[Shot], fault_at: float) -> float | None:
     return round(last_bad - fault_at, 2)
 
 
-def client_floor(port: int, n: int, client_loop: str = "uvloop") -> float | None:
+def client_floor(port: int, n: int, client_loop: str = "asyncio") -> float | None:
     """p99 of a burst of n at HAProxy's own /-/healthz (no Python server behind it): what this
     client on this host cannot go below, whatever the service does."""
     import aiohttp
@@ -272,7 +272,7 @@ def run_scenario(
     target: Target,
     budget_ms: float,
     folder: Path,
-    client_loop: str = "uvloop",
+    client_loop: str = "asyncio",
 ) -> dict[str, Any]:
     log(f"{scenario.name}: start")
     did: list[str] = []

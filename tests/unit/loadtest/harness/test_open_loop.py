@@ -48,6 +48,17 @@ def test_the_client_runs_on_the_loop_it_is_given(loop, kind):
     assert run_client(main(), loop).startswith(kind)
 
 
+def test_the_collector_is_paused_while_the_client_runs_and_back_after():
+    import gc
+
+    async def main() -> bool:
+        return gc.isenabled()
+
+    assert gc.isenabled()
+    assert run_client(main()) is False
+    assert gc.isenabled()
+
+
 def test_an_unknown_client_loop_is_refused():
     async def main() -> None:
         return None
