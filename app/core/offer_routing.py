@@ -124,6 +124,9 @@ class OfferRouter:
         # Logins this replica holds, over its edge bound: what the router autoscales on.
         self._meter = meter
         self._breaker = breaker or VersionBreaker()
+        # version -> resolved (with the reason) when its breaker opens: the tries still
+        # waiting on it stop waiting and go to the next version (`_call`).
+        self._tripped: dict[str, asyncio.Future[str]] = {}
         self._load = load or VersionLoad()
         self.configure(split, budget_ms=budget_ms, failover_reserve_ms=failover_reserve_ms)
         self._retry_after_s = retry_after_s
@@ -224,7 +227,7 @@ class OfferRouter:
             if status in (200, 503):
                 self._breaker.succeeded(version)  # it answered: up, if perhaps overloaded
             else:
-                self._breaker.failed(version, "failed")
+                self._failed(version, "failed")
             if status == 200:
                 body = dict(reply["body"])
                 why = None if version == assigned else reason
@@ -267,18 +270,37 @@ class OfferRouter:
     ) -> dict[str, Any] | str:
         """The version's reply, or why there is none (unavailable | timeout | failed), with
         the breaker and the problem log told. The login holds one of the version's slots
-        (`VersionLoad.acquire`); it gives it back here."""
-        try:
-            return await asyncio.wait_for(
-                self._backend.offer(
-                    version, {**payload, "deadline_ms": int(give_ms)}, request_id, wait_ms
-                ),
-                timeout=give_ms / 1000.0 + REPLY_GRACE_S,
+        (`VersionLoad.acquire`); it gives it back here.
+
+        A try also stops waiting when the version's breaker opens meanwhile: the logins in
+        flight on a version whose supervisors all died would otherwise each wait out their
+        own share of the budget, and those sent last had too little left for another
+        version (make reliability, version_down, 2026-11-26: answers at 850-1,047 ms and one
+        503 at 1,068 ms for logins sent in the 0.8 s before the breaker opened)."""
+        call = asyncio.ensure_future(
+            self._backend.offer(
+                version, {**payload, "deadline_ms": int(give_ms)}, request_id, wait_ms
             )
+        )
+        tripped = self._tripped_future(version)
+        try:
+            done, _ = await asyncio.wait(
+                (call, tripped),
+                timeout=give_ms / 1000.0 + REPLY_GRACE_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if call in done:
+                return call.result()
+            if tripped in done:
+                self._problems.record(
+                    f"{version}: abandoned", f"breaker opened ({tripped.result()})"
+                )
+                return tripped.result()
+            raise TimeoutError
         except VersionUnavailable as exc:
             # Counted like a failure: once Serve's status says the version is down, the
             # logins the breaker skips are flagged with that, not with what tripped it.
-            self._breaker.failed(version, "unavailable")
+            self._failed(version, "unavailable")
             self._problems.record(f"{version}: unavailable", str(exc))
             return "unavailable"
         except TimeoutError:
@@ -286,15 +308,31 @@ class OfferRouter:
             # login with little left (a tight caller deadline, a long edge queue) times out
             # on a healthy version, and counting it could trip the busiest one.
             if give_ms >= (self._budget_ms - self._reserve_ms) / 2:
-                self._breaker.failed(version, "timeout")
+                self._failed(version, "timeout")
             self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
             return "timeout"
         except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
-            self._breaker.failed(version, "failed")
+            self._failed(version, "failed")
             self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
             return "failed"
         finally:
+            if not call.done():
+                call.cancel()
             self._load.leave(version)
+
+    def _tripped_future(self, version: str) -> asyncio.Future[str]:
+        loop = asyncio.get_running_loop()
+        tripped = self._tripped.get(version)
+        if tripped is None or tripped.done() or tripped.get_loop() is not loop:
+            tripped = self._tripped[version] = loop.create_future()
+        return tripped
+
+    def _failed(self, version: str, reason: str) -> None:
+        """Tell the breaker; if that opened it, every try waiting on the version stops."""
+        if self._breaker.failed(version, reason):
+            tripped = self._tripped.pop(version, None)
+            if tripped is not None and not tripped.done():
+                tripped.set_result(reason)
 
     def _refused(
         self, assigned: str, reason: str | None, detail: str, retry_after_s: float

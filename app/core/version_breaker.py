@@ -70,7 +70,8 @@ class VersionBreaker:
         self._states.pop(version, None)
         self._answered_at[version] = self.clock()
 
-    def failed(self, version: str, reason: str) -> None:
+    def failed(self, version: str, reason: str) -> bool:
+        """Count a failure; True if it opened the breaker (again, after a failed probe)."""
         state = self._states.setdefault(version, _State())
         state.failures += 1
         state.reason = reason
@@ -78,3 +79,5 @@ class VersionBreaker:
         quiet = now - self._answered_at.get(version, float("-inf")) >= self.quiet_s
         if state.failures >= self.trip_after and quiet:
             state.opened_at = now
+            return True
+        return False

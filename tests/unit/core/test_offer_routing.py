@@ -530,3 +530,86 @@ def test_a_supervisors_wait_comes_off_the_allowance_of_the_next_try():
     assert backend.waits[0] == pytest.approx(150, abs=5)
     # At least 100 ms of the 150 went in the first supervisor.
     assert backend.waits[1] <= 50
+
+
+def test_tries_in_flight_on_a_version_stop_waiting_once_its_breaker_opens():
+    """Logins already waiting on a version whose supervisors all died would each wait out
+    their own share of the budget. When the breaker opens, they go to the next version at
+    once, flagged with the breaker's reason, and their calls to the dead version end."""
+    fail_first = asyncio.Event()
+    both_sent = asyncio.Event()
+    cancelled = []
+
+    class DeadCanary(Backend):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            if version == "stable":
+                return await super().offer(version, payload, request_id, wait_ms)
+            self.calls.append((version, payload["deadline_ms"]))
+            if len(self.calls) == 2:
+                both_sent.set()
+            try:
+                if payload["player_id"] == "p1":
+                    await fail_first.wait()
+                    raise ConnectionError("replica died")
+                await asyncio.sleep(60)  # silent: only the budget or the breaker ends it
+            except asyncio.CancelledError:
+                cancelled.append(payload["player_id"])
+                raise
+
+    backend = DeadCanary({"stable": OK})
+    r, _ = router(
+        backend,
+        budget_ms=20_000,
+        reserve_ms=1_000,
+        breaker=VersionBreaker(trip_after=1, open_s=60.0, quiet_s=0.0),
+    )
+
+    async def scenario():
+        first = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        second = asyncio.create_task(r.route({"player_id": "p2", "game": GAME}, None))
+        await both_sent.wait()
+        fail_first.set()  # the first try fails: the breaker opens
+        # Far shorter than the 19 s the second try would otherwise wait on the canary.
+        return await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
+
+    first, second = asyncio.run(scenario())
+    assert (first.answered, first.reason) == ("stable", "failed")
+    assert (second.answered, second.reason) == ("stable", "failed")
+    assert cancelled == ["p2"]  # the second's call to the dead canary was ended
+    assert [v for v, _ in backend.calls] == ["canary", "canary", "stable", "stable"]
+
+
+def test_a_version_whose_breaker_stays_closed_keeps_its_tries_waiting():
+    """Failures that do not open the breaker (fewer than trip_after) leave the other tries on
+    the version alone: one dead replica's logins must not move its live siblings' logins."""
+    sent = asyncio.Event()
+    release = asyncio.Event()
+
+    class OneDeadReplica(Backend):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            self.calls.append((version, payload["player_id"]))
+            if version == "canary" and payload["player_id"] == "p1":
+                raise ConnectionError("replica died")
+            if version == "canary":
+                sent.set()
+                await release.wait()
+            return {**OK, "body": {**OK["body"], "version": version}}
+
+    backend = OneDeadReplica({})
+    r, _ = router(
+        backend,
+        budget_ms=20_000,
+        reserve_ms=1_000,
+        breaker=VersionBreaker(trip_after=2, open_s=60.0, quiet_s=0.0),
+    )
+
+    async def scenario():
+        waiting = asyncio.create_task(r.route({"player_id": "p2", "game": GAME}, None))
+        await sent.wait()
+        failed = await r.route({"player_id": "p1", "game": GAME}, None)
+        release.set()
+        return await asyncio.wait_for(waiting, timeout=10), failed
+
+    waiting, failed = asyncio.run(scenario())
+    assert (waiting.answered, waiting.reason) == ("canary", None)
+    assert (failed.answered, failed.reason) == ("stable", "failed")

@@ -83,3 +83,13 @@ def test_failures_while_the_version_still_answers_do_not_trip_it():
 def test_nonsense_settings_are_refused(trip_after, open_s):
     with pytest.raises(ValueError):
         VersionBreaker(trip_after=trip_after, open_s=open_s)
+
+
+def test_a_failure_says_whether_it_opened_the_breaker():
+    clock = [0.0]
+    breaker = VersionBreaker(trip_after=2, open_s=1.0, quiet_s=0.0, clock=lambda: clock[0])
+    assert breaker.failed("v", "timeout") is False
+    assert breaker.failed("v", "timeout") is True
+    clock[0] += 1.0
+    assert breaker.skip_reason("v") is None  # the probe
+    assert breaker.failed("v", "timeout") is True  # the probe failed: open again
