@@ -197,8 +197,16 @@ class OfferRouter:
             # try's budget allow (a supervisor would refuse it, only later and slower).
             wait_ms = min(queue_left_ms, give_ms - MIN_ATTEMPT_MS)
             started_ms = deadline.elapsed_ms()
+            tripped = self._tripped_future(version)
             if not await self._load.acquire(version, wait_ms / 1000.0):
                 return self._refused(assigned, reason, OVERLOADED_DETAIL, self._retry_after_s)
+            if tripped.done():
+                # The version's breaker opened while this login waited for its slot (the
+                # slot is one an abandoned try gave back): go on to the next version.
+                self._load.leave(version)
+                reason = reason or tripped.result()
+                i += 1
+                continue
             waited = deadline.elapsed_ms() - started_ms
             queue_left_ms -= waited
             give_ms -= waited
@@ -214,7 +222,9 @@ class OfferRouter:
                 min(queue_left_ms, give_ms - MIN_ATTEMPT_MS - SUPERVISOR_REFUSAL_MARGIN_MS),
             )
             called_ms = deadline.elapsed_ms()
-            reply = await self._call(version, give_ms, payload, request_id, supervisor_wait_ms)
+            reply = await self._call(
+                version, give_ms, payload, request_id, supervisor_wait_ms, tripped
+            )
             # A try that did not answer may have spent its wait in the supervisor: it comes off
             # the allowance, so that a retry or the next version cannot wait it again.
             queue_left_ms -= min(deadline.elapsed_ms() - called_ms, supervisor_wait_ms)
@@ -267,6 +277,7 @@ class OfferRouter:
         payload: dict[str, Any],
         request_id: str | None,
         wait_ms: float,
+        tripped: asyncio.Future[str],
     ) -> dict[str, Any] | str:
         """The version's reply, or why there is none (unavailable | timeout | failed), with
         the breaker and the problem log told. The login holds one of the version's slots
@@ -282,7 +293,6 @@ class OfferRouter:
                 version, {**payload, "deadline_ms": int(give_ms)}, request_id, wait_ms
             )
         )
-        tripped = self._tripped_future(version)
         try:
             done, _ = await asyncio.wait(
                 (call, tripped),

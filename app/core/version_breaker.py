@@ -71,13 +71,15 @@ class VersionBreaker:
         self._answered_at[version] = self.clock()
 
     def failed(self, version: str, reason: str) -> bool:
-        """Count a failure; True if it opened the breaker (again, after a failed probe)."""
+        """Count a failure; True if it opened a closed breaker. A failure while it is open
+        (a failed probe, or a try sent before it opened) keeps it open and says False."""
         state = self._states.setdefault(version, _State())
         state.failures += 1
         state.reason = reason
         now = self.clock()
         quiet = now - self._answered_at.get(version, float("-inf")) >= self.quiet_s
         if state.failures >= self.trip_after and quiet:
+            was_closed = state.opened_at is None
             state.opened_at = now
-            return True
+            return was_closed
         return False

@@ -146,12 +146,15 @@ class HandleBackend:
         return health.running if health is not None else None
 
     def poll_interval_s(self) -> float:
-        """How long until the next status read: short while a version cannot be tried (or
-        the status was never read), so it is tried again soon after it can answer."""
+        """How long until the next status read: short while a deployed version has no
+        supervisor running yet (deploying, or its replicas restarting) or the status was
+        never read, so it is tried again soon after it can answer. A version whose
+        application is not deployed at all is read at the long interval: it may stay so."""
         if not self.health:
             return STATUS_POLL_UNAVAILABLE_S
         for app in self._applications.values():
-            if unavailable_reason(self.health.get(app)) is not None:
+            health = self.health.get(app)
+            if health is not None and unavailable_reason(health) is not None:
                 return STATUS_POLL_UNAVAILABLE_S
         return STATUS_POLL_S
 
@@ -165,6 +168,8 @@ class HandleBackend:
                 self.on_read()
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
+                await self._sleep(STATUS_POLL_S)
+                continue
             await self._sleep(self.poll_interval_s())
 
 

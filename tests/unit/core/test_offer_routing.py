@@ -613,3 +613,45 @@ def test_a_version_whose_breaker_stays_closed_keeps_its_tries_waiting():
     waiting, failed = asyncio.run(scenario())
     assert (waiting.answered, waiting.reason) == ("canary", None)
     assert (failed.answered, failed.reason) == ("stable", "failed")
+
+
+def test_a_login_waiting_for_a_slot_skips_a_version_whose_breaker_opened_meanwhile():
+    """The version is full for this router, so the second login waits for a slot. The
+    first login's try fails and opens the breaker; the slot it gives back must not send the
+    waiting login to the dead version to wait out its own share there."""
+    fail = asyncio.Event()
+    first_sent = asyncio.Event()
+
+    class DeadCanary(Backend):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            if version == "stable":
+                return await super().offer(version, payload, request_id, wait_ms)
+            self.calls.append((version, payload["player_id"]))
+            if payload["player_id"] == "p1":
+                first_sent.set()
+                await fail.wait()
+                raise ConnectionError("replica died")
+            await asyncio.sleep(60)  # silent
+
+    backend = DeadCanary({"stable": OK})
+    r, _ = router(
+        backend,
+        budget_ms=20_000,
+        reserve_ms=1_000,
+        breaker=VersionBreaker(trip_after=1, open_s=60.0, quiet_s=0.0),
+        load=known_load(replicas=1, bound=1),
+        queue_ms=15_000,
+    )
+
+    async def scenario():
+        first = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        await first_sent.wait()
+        second = asyncio.create_task(r.route({"player_id": "p2", "game": GAME}, None))
+        await asyncio.sleep(0)  # p2 is waiting for the canary's one slot
+        fail.set()
+        return await asyncio.wait_for(asyncio.gather(first, second), timeout=10)
+
+    first, second = asyncio.run(scenario())
+    assert (first.answered, first.reason) == ("stable", "failed")
+    assert (second.answered, second.reason) == ("stable", "failed")
+    assert [c for c in backend.calls if c[0] == "canary"] == [("canary", "p1")]

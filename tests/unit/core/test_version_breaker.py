@@ -90,6 +90,12 @@ def test_a_failure_says_whether_it_opened_the_breaker():
     breaker = VersionBreaker(trip_after=2, open_s=1.0, quiet_s=0.0, clock=lambda: clock[0])
     assert breaker.failed("v", "timeout") is False
     assert breaker.failed("v", "timeout") is True
+    # A try sent before it opened fails late: already open, nothing newly opened.
+    assert breaker.failed("v", "timeout") is False
     clock[0] += 1.0
     assert breaker.skip_reason("v") is None  # the probe
-    assert breaker.failed("v", "timeout") is True  # the probe failed: open again
+    assert breaker.failed("v", "timeout") is False  # the probe failed: still open
+    assert breaker.skip_reason("v") == "timeout"
+    breaker.succeeded("v")
+    assert breaker.failed("v", "failed") is False
+    assert breaker.failed("v", "failed") is True  # closed, then opened again

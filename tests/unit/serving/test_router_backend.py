@@ -210,7 +210,7 @@ def test_a_version_read_while_it_deployed_is_tried_again_at_the_next_short_read(
             {"g-2026-11": VersionHealth("UNHEALTHY", 0), "g-2026-10": VersionHealth("RUNNING", 1)},
             "short",
         ),
-        ({"g-2026-10": VersionHealth("RUNNING", 1)}, "short"),
+        ({"g-2026-10": VersionHealth("RUNNING", 1)}, "long"),
     ],
     ids=["never-read", "all-running", "one-live-replica", "one-version-down", "one-not-deployed"],
 )
@@ -239,3 +239,26 @@ def test_each_status_read_tells_the_router_after_the_view_is_updated():
 
     asyncio.run(run())
     assert seen == [0, 2]
+
+
+def test_a_status_read_that_fails_is_retried_at_the_long_interval():
+    """Serve's controller not answering must not be asked 4 times a second, nor logged so."""
+    sleeps: list[float] = []
+
+    def unreachable():
+        raise ConnectionError("controller gone")
+
+    b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=unreachable)
+
+    async def run() -> None:
+        async def sleep(seconds: float) -> None:
+            sleeps.append(seconds)
+            if len(sleeps) == 2:
+                raise asyncio.CancelledError
+
+        b._sleep = sleep
+        with pytest.raises(asyncio.CancelledError):
+            await b.follow_status()
+
+    asyncio.run(run())
+    assert sleeps == [STATUS_POLL_S, STATUS_POLL_S]
