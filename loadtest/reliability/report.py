@@ -67,8 +67,10 @@ def table(report: dict[str, Any]) -> str:
         shares = ", ".join(f"{k} {v:.3f}" for k, v in s["fallback_share_by_reason"].items())
         tiers = s.get("tier_share", {})
         tier = f"{tiers.get('precomputed', 0):.3f} / {tiers.get('default', 0):.3f}"
+        # A fault with nothing to act on was plain load: the row must not read as survived.
+        shown = f"{name} (fault not applied)" if s.get("fault_applied") is False else name
         lines.append(
-            f"| {name} | {s['sent']} | {counts} | {s['http_5xx_non503']} | {s['no_answer']} "
+            f"| {shown} | {s['sent']} | {counts} | {s['http_5xx_non503']} | {s['no_answer']} "
             f"| {s['client_p50_ms']} / {s['client_p99_ms']} / {s['client_max_ms']} "
             f"| {s['refusal_p99_ms'] if s['refusal_p99_ms'] is not None else '-'} "
             f"| {s['over_budget_plus_100ms']} | {shares or '-'} | {tier} "

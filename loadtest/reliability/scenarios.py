@@ -49,6 +49,12 @@ HEALTH_WATCH_S = 60.0  # version_down: how long to wait for the version's route 
 log = study_log("reliability")
 
 
+class FaultNotApplied(Exception):
+    """The fault has nothing to act on in this deployment (e.g. no member replica when every
+    member is inline): the run is recorded as steady load with `fault_applied: false`, not
+    as a fault survived."""
+
+
 @dataclass
 class Scenario:
     name: str
@@ -119,7 +125,7 @@ def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
         def act() -> str:
             pids = replica_pids(target.version_app, deployment, target.cluster)
             if not pids:
-                return f"no {deployment} replica found"
+                raise FaultNotApplied(f"no {deployment} replica to kill in {target.version_app}")
             victims = pids if every else pids[:1]
             for pid in victims:
                 psutil.Process(pid).send_signal(signal.SIGKILL)
@@ -276,6 +282,7 @@ def run_scenario(
 ) -> dict[str, Any]:
     log(f"{scenario.name}: start")
     did: list[str] = []
+    applied: list[bool] = []
     base = f"http://127.0.0.1:{target.port}{target.routes[scenario.route]}"
 
     async def drive() -> list[Shot]:
@@ -283,7 +290,12 @@ def run_scenario(
         load = asyncio.ensure_future(scenario.load(caller))
         if scenario.fault is not None:
             await asyncio.sleep(FAULT_AT_S)
-            did.append(await asyncio.get_running_loop().run_in_executor(None, scenario.fault))
+            try:
+                did.append(await asyncio.get_running_loop().run_in_executor(None, scenario.fault))
+                applied.append(True)
+            except FaultNotApplied as exc:
+                did.append(f"not applied: {exc}")
+                applied.append(False)
             log(f"{scenario.name}: {did[-1]}")
         return list(await load)
 
@@ -311,6 +323,7 @@ def run_scenario(
     )
     if scenario.fault is not None:
         summary["fault"] = did[0] if did else None
+        summary["fault_applied"] = bool(applied and applied[0])
         summary["recovered_after_s"] = recovered_after_s(shots, FAULT_AT_S)
     if reads is not None:
         summary["dynamodb_calls"] = reads

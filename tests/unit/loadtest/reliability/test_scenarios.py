@@ -115,3 +115,50 @@ def test_version_health_is_the_first_200_of_its_route_after_the_fault():
         assert set(paths) == {"/galaxy-raiders/2026-11/healthz"}
     finally:
         server.shutdown()
+
+
+def test_a_kill_with_no_replica_to_act_on_is_reported_as_not_applied(monkeypatch):
+    """Every member inline (the shipped layout): member_killed has no replica to kill. That is
+    plain steady load, and the report must not show it as a fault survived."""
+    import argparse
+
+    from loadtest.reliability import scenarios as module
+    from loadtest.reliability.report import table
+    from loadtest.reliability.scenarios import FaultNotApplied
+
+    target = Target(
+        port=8000,
+        game="galaxy-raiders",
+        routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
+        version_app="galaxy-raiders-2026-11",
+        version="2026-11",
+        canary_players=["p0000001"],
+    )
+    monkeypatch.setattr(module, "replica_pids", lambda app, deployment, cluster: [])
+    args = argparse.Namespace(players=100, rate=10.0, seconds=5.0, held_rate=213.0)
+    member_killed = {s.name: s for s in build_scenarios(args, target)}["member_killed"]
+    with pytest.raises(FaultNotApplied, match="no member- replica"):
+        member_killed.fault()
+
+    row = {
+        "sent": 10,
+        "status_counts": {"200": 10},
+        "http_5xx_non503": 0,
+        "no_answer": 0,
+        "client_p50_ms": 1.0,
+        "client_p99_ms": 2.0,
+        "client_max_ms": 3.0,
+        "refusal_p99_ms": None,
+        "over_budget_plus_100ms": 0,
+        "fallback_share_by_reason": {},
+    }
+    shown = table(
+        {
+            "scenarios": {
+                "member_killed": {**row, "fault_applied": False},
+                "supervisor_killed": {**row, "fault_applied": True},
+            }
+        }
+    )
+    assert "| member_killed (fault not applied) |" in shown
+    assert "| supervisor_killed |" in shown
