@@ -532,6 +532,18 @@ def test_a_supervisors_wait_comes_off_the_allowance_of_the_next_try():
     assert backend.waits[1] <= 50
 
 
+def breaker_router(backend, trip_after=1, **kwargs):
+    """A router whose budget is far longer than any test: only the breaker, not a timeout,
+    can end a try on a silent version."""
+    return router(
+        backend,
+        budget_ms=20_000,
+        reserve_ms=1_000,
+        breaker=VersionBreaker(trip_after=trip_after, open_s=60.0, quiet_s=0.0),
+        **kwargs,
+    )
+
+
 def test_tries_in_flight_on_a_version_stop_waiting_once_its_breaker_opens():
     """Logins already waiting on a version whose supervisors all died would each wait out
     their own share of the budget. When the breaker opens, they go to the next version at
@@ -557,12 +569,7 @@ def test_tries_in_flight_on_a_version_stop_waiting_once_its_breaker_opens():
                 raise
 
     backend = DeadCanary({"stable": OK})
-    r, _ = router(
-        backend,
-        budget_ms=20_000,
-        reserve_ms=1_000,
-        breaker=VersionBreaker(trip_after=1, open_s=60.0, quiet_s=0.0),
-    )
+    r, _ = breaker_router(backend)
 
     async def scenario():
         first = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
@@ -596,12 +603,7 @@ def test_a_version_whose_breaker_stays_closed_keeps_its_tries_waiting():
             return {**OK, "body": {**OK["body"], "version": version}}
 
     backend = OneDeadReplica({})
-    r, _ = router(
-        backend,
-        budget_ms=20_000,
-        reserve_ms=1_000,
-        breaker=VersionBreaker(trip_after=2, open_s=60.0, quiet_s=0.0),
-    )
+    r, _ = breaker_router(backend, trip_after=2)
 
     async def scenario():
         waiting = asyncio.create_task(r.route({"player_id": "p2", "game": GAME}, None))
@@ -634,14 +636,7 @@ def test_a_login_waiting_for_a_slot_skips_a_version_whose_breaker_opened_meanwhi
             await asyncio.sleep(60)  # silent
 
     backend = DeadCanary({"stable": OK})
-    r, _ = router(
-        backend,
-        budget_ms=20_000,
-        reserve_ms=1_000,
-        breaker=VersionBreaker(trip_after=1, open_s=60.0, quiet_s=0.0),
-        load=known_load(replicas=1, bound=1),
-        queue_ms=15_000,
-    )
+    r, _ = breaker_router(backend, load=known_load(replicas=1, bound=1), queue_ms=15_000)
 
     async def scenario():
         first = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))

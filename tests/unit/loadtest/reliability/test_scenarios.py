@@ -14,6 +14,17 @@ from loadtest.reliability.targets import Target
 pytestmark = pytest.mark.unit
 
 
+def local_target() -> Target:
+    return Target(
+        port=8000,
+        game="galaxy-raiders",
+        routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
+        version_app="galaxy-raiders-2026-11",
+        version="2026-11",
+        canary_players=["p0000001"],
+    )
+
+
 def shot(t, ms, status, personalized=True, reason=None, retry_after=None):
     return Shot(t, ms, status, personalized, reason, retry_after)
 
@@ -48,14 +59,7 @@ def test_back_on_version_is_the_last_rerouted_login_after_the_fault():
 def test_local_target_runs_every_scenario_it_can_inject_on_both_routes():
     import argparse
 
-    target = Target(
-        port=8000,
-        game="galaxy-raiders",
-        routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
-        version_app="galaxy-raiders-2026-11",
-        version="2026-11",
-        canary_players=["p0000001"],
-    )
+    target = local_target()
     args = argparse.Namespace(players=100, rate=10.0, seconds=5.0, held_rate=213.0)
     scenarios = {s.name: s for s in build_scenarios(args, target)}
     assert scenarios["overload_2x"].notes["offered_per_s"] == 426.0  # 2x the bench's held rate
@@ -126,14 +130,7 @@ def test_a_kill_with_no_replica_to_act_on_is_reported_as_not_applied(monkeypatch
     from loadtest.reliability.report import table
     from loadtest.reliability.scenarios import FaultNotApplied
 
-    target = Target(
-        port=8000,
-        game="galaxy-raiders",
-        routes={"version": "/galaxy-raiders/2026-11", "game": "/galaxy-raiders"},
-        version_app="galaxy-raiders-2026-11",
-        version="2026-11",
-        canary_players=["p0000001"],
-    )
+    target = local_target()
     monkeypatch.setattr(module, "replica_pids", lambda app, deployment, cluster: [])
     args = argparse.Namespace(players=100, rate=10.0, seconds=5.0, held_rate=213.0)
     member_killed = {s.name: s for s in build_scenarios(args, target)}["member_killed"]
