@@ -163,32 +163,45 @@ def serve_status(supervisors_running: int) -> ServeStatus:
     )
 
 
+async def follow_status_for(b: HandleBackend, reads: int, between=None) -> list[float]:
+    """Runs the backend's status loop for `reads` reads on a fake sleep and returns the
+    sleeps it asked for; `between(n)` is awaited at the n-th sleep (1-based), before it."""
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if between is not None:
+            await between(len(sleeps))
+        if len(sleeps) == reads:
+            raise asyncio.CancelledError
+
+    b._sleep = sleep
+    with pytest.raises(asyncio.CancelledError):
+        await b.follow_status()
+    return sleeps
+
+
 def test_a_version_read_while_it_deployed_is_tried_again_at_the_next_short_read():
     """A status read while the version was still deploying (no supervisor running) must not
     keep its logins refused for a whole long poll once Serve has it running: the router reads
     again after the short interval, and then calls it."""
     reads = iter([serve_status(0), serve_status(2), serve_status(2)])
-    sleeps: list[float] = []
     b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=lambda: next(reads))
     handle = Handle()
     b._handles["2026-11"] = handle  # type: ignore[assignment]
 
-    async def run() -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-            if len(sleeps) == 1:
-                # Between the first read and the next: the version is skipped.
-                with pytest.raises(VersionUnavailable, match="no running replica"):
-                    await b.offer("2026-11", {}, None)
-            elif len(sleeps) == 3:
-                raise asyncio.CancelledError
+    async def between(n: int) -> None:
+        if n == 1:
+            # Between the first read and the next: the version is skipped.
+            with pytest.raises(VersionUnavailable, match="no running replica"):
+                await b.offer("2026-11", {}, None)
 
-        b._sleep = sleep
-        with pytest.raises(asyncio.CancelledError):
-            await b.follow_status()
+    async def run() -> list[float]:
+        sleeps = await follow_status_for(b, 3, between)
         assert (await b.offer("2026-11", {}, None))["status"] == 200
+        return sleeps
 
-    asyncio.run(run())
+    sleeps = asyncio.run(run())
     assert sleeps == [STATUS_POLL_UNAVAILABLE_S, STATUS_POLL_S, STATUS_POLL_S]
     assert STATUS_POLL_UNAVAILABLE_S < STATUS_POLL_S
     assert handle.calls == 1
@@ -227,38 +240,15 @@ def test_each_status_read_tells_the_router_after_the_view_is_updated():
     seen: list[int | None] = []
     b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=lambda: next(reads))
     b.on_read = lambda: seen.append(b.replicas("2026-11"))
-
-    async def run() -> None:
-        async def sleep(seconds: float) -> None:
-            if len(seen) == 2:
-                raise asyncio.CancelledError
-
-        b._sleep = sleep
-        with pytest.raises(asyncio.CancelledError):
-            await b.follow_status()
-
-    asyncio.run(run())
+    asyncio.run(follow_status_for(b, 2))
     assert seen == [0, 2]
 
 
 def test_a_status_read_that_fails_is_retried_at_the_long_interval():
     """Serve's controller not answering must not be asked 4 times a second, nor logged so."""
-    sleeps: list[float] = []
 
     def unreachable():
         raise ConnectionError("controller gone")
 
     b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=unreachable)
-
-    async def run() -> None:
-        async def sleep(seconds: float) -> None:
-            sleeps.append(seconds)
-            if len(sleeps) == 2:
-                raise asyncio.CancelledError
-
-        b._sleep = sleep
-        with pytest.raises(asyncio.CancelledError):
-            await b.follow_status()
-
-    asyncio.run(run())
-    assert sleeps == [STATUS_POLL_S, STATUS_POLL_S]
+    assert asyncio.run(follow_status_for(b, 2)) == [STATUS_POLL_S, STATUS_POLL_S]
