@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     # it is in no pod spec and no process environment. Set one of the two, not both.
     api_key_sha256_file: Path | None = None
 
+    # Every thread of a replica (supervisor, member group, router) runs at least this nice
+    # (app.adapters.cpu_priority): Ray starts workers, and so HAProxy, at 15; at 19 the
+    # replicas give way to the edge's refusals when a burst finds the cores busy scoring.
+    # 15 leaves them at Ray's level.
+    replica_niceness: int = Field(default=19, ge=0, le=19)
+
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
     # Where the batch job (app.batch) writes its runs, and where supervisors look for the
     # newest precomputed-offers snapshot of their version: a local folder or an s3:// URI

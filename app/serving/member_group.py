@@ -25,7 +25,7 @@ from app.contract.manifest import MemberEntry
 from app.core.fanout import MemberRef
 from app.core.load_meter import LoadMeter
 from app.serving.autoscaling import replica_stats
-from app.serving.logs import route_service_logs_to_serve
+from app.serving.replica_process import prepare_replica_process
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class MemberGroupDeployment:
     """Thin Serve wrapper around MemberGroupModel; `@serve.batch` shares one predict per batch."""
 
     def __init__(self, entries: list[MemberEntry], version_dir: str) -> None:
-        route_service_logs_to_serve()
+        prepare_replica_process()
         self._names = [e.name for e in entries]
         self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
         self._delay_s = 0.0

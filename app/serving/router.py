@@ -41,7 +41,7 @@ from app.core.offer_routing import (
 from app.core.version_load import VersionLoad
 from app.core.version_split import VersionSplit
 from app.serving.autoscaling import replica_stats
-from app.serving.logs import route_service_logs_to_serve
+from app.serving.replica_process import prepare_replica_process
 from app.serving.telemetry import RouterTelemetry
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ class HandleBackend:
 @serve.ingress()
 class VersionRouter:
     def __init__(self, config: RouterConfig) -> None:
-        route_service_logs_to_serve()
+        prepare_replica_process()
         self._config = config
         self._versions = list(config.applications)
         self._knobs = config.knobs

@@ -29,8 +29,8 @@ from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
 from app.core.precomputed import PrecomputedOffers, PrecomputedTier
 from app.serving.autoscaling import replica_stats
-from app.serving.logs import route_service_logs_to_serve
 from app.serving.member_group import HandleGroupClient
+from app.serving.replica_process import prepare_replica_process
 from app.serving.telemetry import SupervisorTelemetry
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class Supervisor:
     async def __init__(  # type: ignore[misc]
         self, config: SupervisorConfig, groups: dict[str, DeploymentHandle[Any]]
     ) -> None:
-        route_service_logs_to_serve()
+        prepare_replica_process()
         manifest = load_manifest(Path(config.version_dir))
         clients = member_clients(config, groups, manifest)
         self._inline = next((c for c in clients if isinstance(c, InProcessGroupClient)), None)

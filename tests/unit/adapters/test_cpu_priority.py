@@ -1,0 +1,73 @@
+"""A replica's threads give way on the CPU: each raised to the niceness asked, never lowered.
+
+Each case runs in a child process of its own: niceness is per thread and cannot be lowered
+again without privilege, so the test process itself is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.adapters.cpu_priority import give_way
+
+pytestmark = pytest.mark.unit
+
+# Starts a thread, optionally sets the process's first niceness, calls give_way, then starts
+# one more thread from the main thread; prints every thread's niceness and what give_way said.
+CHILD = """
+import json, os, sys, threading
+from app.adapters.cpu_priority import give_way
+
+start, target = int(sys.argv[1]), int(sys.argv[2])
+for tid in [int(t) for t in os.listdir("/proc/self/task")]:
+    os.setpriority(os.PRIO_PROCESS, tid, start)
+hold = threading.Event()
+before = threading.Thread(target=hold.wait)
+before.start()
+raised = give_way(target)
+after_nice = []
+after = threading.Thread(target=lambda: after_nice.append(os.getpriority(os.PRIO_PROCESS, 0)))
+after.start(); after.join()
+nice = {}
+for t in os.listdir("/proc/self/task"):
+    try:
+        nice[t] = os.getpriority(os.PRIO_PROCESS, int(t))
+    except ProcessLookupError:
+        pass  # `after`, joined but not yet gone from the list
+hold.set(); before.join()
+print(json.dumps({"raised": raised, "threads": sorted(nice.values()), "later": after_nice[0]}))
+"""
+
+
+def run_child(start: int, target: int) -> dict:
+    root = Path(__file__).resolve().parents[3]
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(start), str(target)],
+        cwd=root, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux per-thread niceness")
+def test_every_thread_and_every_later_thread_gets_the_niceness():
+    result = run_child(start=15, target=19)
+    # The main thread and the one started before: both raised, and nothing left below.
+    assert result["raised"] >= 2
+    assert result["threads"] == [19] * len(result["threads"])
+    assert result["later"] == 19
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux per-thread niceness")
+def test_a_thread_already_nicer_is_left_alone():
+    result = run_child(start=19, target=16)
+    assert result["raised"] == 0
+    assert result["threads"] == [19] * len(result["threads"])
+
+
+def test_without_a_thread_list_nothing_changes(tmp_path):
+    assert give_way(19, tasks=tmp_path / "missing") == 0
