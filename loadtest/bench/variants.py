@@ -126,6 +126,12 @@ VARIANTS: dict[str, Variant] = {
             args=_FIXED_REPLICAS,
         ),
         Variant(
+            "replicas-at-ray-niceness",
+            "every replica at the niceness Ray starts workers with (15, HAProxy's too) "
+            "instead of the shipped 19 (OFFERS_REPLICA_NICENESS)",
+            replica_env={"OFFERS_REPLICA_NICENESS": "15"},
+        ),
+        Variant(
             "direct-ingress",
             "clients call one supervisor replica's own port (not a production address)",
             direct_ingress=True,
