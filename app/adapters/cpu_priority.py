@@ -1,13 +1,15 @@
 """A replica gives way on the CPU: every thread of its process at a niceness of at least N.
 
 HAProxy, the edge that refuses a burst in C, is started by Serve's HAProxy manager actor and
-so runs at the niceness Ray gives every worker process (15, the raylet's `worker_niceness`):
-the same as the replicas scoring the logins it admitted. When a burst lands on a node whose
-cores are busy scoring, HAProxy's refusals then wait for a core behind the replicas. Lowering
-HAProxy's niceness would need a privilege a pod does not have (CAP_SYS_NICE); raising the
-replicas' own needs none. At 19 against HAProxy's 15 the kernel gives HAProxy (and Serve's
-controller, also at 15) about 2.4 times a replica's weight when both want the core, and the
-replicas still take every cycle nobody else wants.
+so runs at 15: Ray's `worker_niceness`, which a worker applies to the thread that goes on to
+run its Python code (the threads it started before, gRPC's and Ray's own, stay at 0). A
+replica's Python threads, the ones scoring the logins HAProxy admitted, run at 15 too, and
+its gRPC threads at 0, ahead of HAProxy. When a burst lands on a node whose cores are busy
+scoring, HAProxy's refusals then wait for a core behind the replicas. Lowering HAProxy's
+niceness would need a privilege a pod does not have (CAP_SYS_NICE); raising the replicas'
+own needs none. At 19 against HAProxy's 15 the kernel gives HAProxy about 2.4 times a
+replica thread's weight when both want the core (and Ray's and Serve's own processes, at 0
+and 15, more still), and the replicas still take every cycle nobody else wants.
 
 Linux keeps a niceness per thread: each thread listed in /proc/self/task is set, and threads
 started later inherit it from the thread that starts them. Only ever raised, never lowered.
@@ -40,7 +42,8 @@ def give_way(niceness: int, tasks: Path = TASKS) -> int:
                 raised += 1
         except ProcessLookupError:
             continue  # the thread ended meanwhile
-        except PermissionError as exc:
-            # Raising one's own niceness needs no privilege; a sandbox may still refuse it.
+        except OSError as exc:
+            # Raising one's own niceness needs no privilege, but a sandbox (seccomp) may still
+            # refuse the call: an optional tweak must never stop a replica from starting.
             logger.warning("could not raise thread %d to niceness %d: %s", tid, niceness, exc)
     return raised

@@ -64,9 +64,9 @@ class Settings(BaseSettings):
     api_key_sha256_file: Path | None = None
 
     # Every thread of a replica (supervisor, member group, router) runs at least this nice
-    # (app.adapters.cpu_priority): Ray starts workers, and so HAProxy, at 15; at 19 the
-    # replicas give way to the edge's refusals when a burst finds the cores busy scoring.
-    # 15 leaves them at Ray's level.
+    # (app.adapters.cpu_priority): HAProxy and a replica's Python threads run at Ray's 15,
+    # its gRPC and Ray threads at 0; at 19 the replicas give way to the edge's refusals when
+    # a burst finds the cores busy scoring. 0 leaves every thread as Ray started it.
     replica_niceness: int = Field(default=19, ge=0, le=19)
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)

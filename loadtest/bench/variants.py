@@ -127,9 +127,9 @@ VARIANTS: dict[str, Variant] = {
         ),
         Variant(
             "replicas-at-ray-niceness",
-            "every replica at the niceness Ray starts workers with (15, HAProxy's too) "
-            "instead of the shipped 19 (OFFERS_REPLICA_NICENESS)",
-            replica_env={"OFFERS_REPLICA_NICENESS": "15"},
+            "every replica thread as Ray starts it (Python threads at 15, HAProxy's too; "
+            "gRPC and Ray threads at 0) instead of the shipped 19 (OFFERS_REPLICA_NICENESS=0)",
+            replica_env={"OFFERS_REPLICA_NICENESS": "0"},
         ),
         Variant(
             "direct-ingress",

