@@ -71,3 +71,25 @@ def test_a_thread_already_nicer_is_left_alone():
 
 def test_without_a_thread_list_nothing_changes(tmp_path):
     assert give_way(19, tasks=tmp_path / "missing") == 0
+
+
+def test_a_thread_that_ended_or_a_refused_call_never_stops_the_replica(
+    tmp_path, monkeypatch, caplog
+):
+    # Two threads listed; one ends before it is set, the sandbox refuses the other.
+    for tid in ("101", "102"):
+        (tmp_path / tid).mkdir()
+
+    def refuse(_which: int, tid: int, _niceness: int) -> None:
+        if tid == 101:
+            raise ProcessLookupError(3, "No such process")
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr("app.adapters.cpu_priority.os.getpriority", lambda _w, _t: 0)
+    monkeypatch.setattr("app.adapters.cpu_priority.os.setpriority", refuse)
+    with caplog.at_level("WARNING", logger="app.adapters.cpu_priority"):
+        assert give_way(19, tasks=tmp_path) == 0
+    # The ended thread is skipped quietly; the refusal is logged, not raised.
+    assert [r.getMessage() for r in caplog.records] == [
+        "could not raise thread 102 to niceness 19: [Errno 38] Function not implemented"
+    ]
