@@ -22,7 +22,9 @@ from models.population import POPULATION_SEED
 # Bump when training code changes in a way the recipes don't capture: it invalidates caches.
 # models-2: manifests record each member's predict_ms_10_rows; logistic-regression pipelines
 # can expand features with splines and pairwise interactions.
-CODE_VERSION = "models-2"
+# models-3: each member's compiled ONNX serving artifact, predict costs per runtime (call and
+# row), and the fidelity check rows with their native scores.
+CODE_VERSION = "models-3"
 
 Estimator = Literal["xgboost", "hist_gradient_boosting", "extra_trees", "logistic_regression"]
 Sampling = Literal["all", "bootstrap"]
@@ -329,7 +331,12 @@ def training_config_hash(game: str, version: str, profile_name: str) -> str:
 
 # Read from package metadata: importing the libraries themselves would cost seconds, and the
 # hash is computed on every (usually cached) ensure_trained call.
-_LIBRARIES = {"xgboost": ("xgboost-cpu", "xgboost"), "sklearn": ("scikit-learn",)}
+_LIBRARIES = {
+    "xgboost": ("xgboost-cpu", "xgboost"),
+    "sklearn": ("scikit-learn",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime",),
+}
 
 
 def _installed_version(*distributions: str) -> str:

@@ -14,7 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.contract.artifacts import ArtifactIntegrityError, verified_artifact
+from app.contract.artifacts import (
+    ArtifactIntegrityError,
+    verified_artifact,
+    verified_serving_artifact,
+)
 from app.contract.manifest import MANIFEST_FILENAME, load_manifest
 
 _STAGING = "staging"
@@ -34,6 +38,8 @@ def is_current(folder: Path, config_hash: str) -> bool:
     try:
         for entry in manifest.members:
             verified_artifact(entry, folder)
+            if entry.serving is not None:
+                verified_serving_artifact(entry, folder)
     except ArtifactIntegrityError:
         return False
     return True

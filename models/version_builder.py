@@ -19,6 +19,7 @@ from models.estimators import fit_and_save
 from models.evaluation import auc, weighted_mean, weights_from_validation_aucs
 from models.features import feature_schema
 from models.population import ImpressionLog
+from models.serving_build import FIDELITY_PLAYERS, with_serving_artifacts
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,7 @@ def build_version(
         holdout_rows=len(held_out.test),
     )
     manifest = _with_predict_costs(manifest, loaded, held_out)
+    manifest = with_serving_artifacts(manifest, loaded, _check_rows(manifest, held_out), folder)
     mean_auc = float(np.mean([m.auc for m in members]))
     if ensemble_auc < mean_auc:
         log.warning(
@@ -178,6 +180,14 @@ def _with_predict_costs(
             training = entry.training | {"predict_ms_10_rows": round(cost, 4)}
             members.append(entry.model_copy(update={"training": training}))
     return Manifest.model_validate(manifest.model_dump() | {"members": members})
+
+
+def _check_rows(manifest: Manifest, held_out: Holdout) -> np.ndarray:
+    """The fidelity check rows: the candidate rows of a few held-out players, as served."""
+    schema = manifest.feature_schema
+    offer_features = np.array([o.features for o in manifest.offers], dtype=np.float32)
+    players = held_out.test.X[:FIDELITY_PLAYERS, : schema.player_width]
+    return np.ascontiguousarray(schema.candidate_rows(players, offer_features), np.float32)
 
 
 def _median_predict_ms(model: LoadedArtifact, matrices: list[np.ndarray]) -> float:

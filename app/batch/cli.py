@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None, help="players per scoring call")
     p.add_argument("--actors", default=None, help="MIN:MAX scoring actors, or N")
     p.add_argument("--actor-num-cpus", type=float, default=None)
+    p.add_argument("--runtime", choices=("onnx", "native"), default=None)
     return p
 
 
@@ -50,6 +51,7 @@ def to_args(ns: argparse.Namespace) -> BatchJobArgs:
         "read_budget_unit": ns.read_budget_unit,
         "batch_size": ns.batch_size,
         "actor_num_cpus": ns.actor_num_cpus,
+        "runtime": ns.runtime,
     }
     if ns.actors:
         low, _, high = ns.actors.partition(":")

@@ -88,6 +88,7 @@ def score(players: Dataset, args: BatchJobArgs, scored_at: datetime) -> Dataset:
         fn_constructor_kwargs={
             "version_dir": str(args.version_dir()),
             "scored_at_us": int(scored_at.timestamp() * 1_000_000),
+            "runtime": args.runtime,
         },
         batch_size=args.batch_size,
         batch_format="numpy",

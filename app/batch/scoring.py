@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
-from app.adapters.member_model import MemberModel
+from app.adapters.member_model import load_group
 from app.batch.datasource import PLAYER_ID, feature_columns
-from app.contract.manifest import load_manifest
+from app.contract.manifest import Runtime, load_manifest
 from app.core.batch_scoring import BatchScorer
 from app.core.offers import OfferCatalog
 
@@ -26,16 +26,18 @@ OUTPUT_COLUMNS = (
 
 
 class ScorePlayers:
-    """Loads and verifies every member once (sha256 before parsing), then scores batches."""
+    """Loads and verifies every member once (sha256 before parsing, then the fidelity check
+    rows), then scores batches with the version's runtime."""
 
-    def __init__(self, version_dir: str, scored_at_us: int) -> None:
+    def __init__(self, version_dir: str, scored_at_us: int, runtime: Runtime = "onnx") -> None:
         folder = Path(version_dir)
         manifest = load_manifest(folder)
         self._version = manifest.version
         self._features = feature_columns(manifest.feature_schema)
         self._catalog = OfferCatalog(manifest)
         self._offer_ids = np.array([o.offer_id for o in self._catalog.offers], dtype=object)
-        members = [MemberModel.load(e, folder) for e in manifest.members]
+        # The serving runtime, checked against the manifest's native scores like a replica's.
+        members = load_group(manifest.members, folder, runtime, manifest.fidelity)
         self._scorer = BatchScorer(
             self._catalog, members, {e.name: e.weight for e in manifest.members}
         )
@@ -46,7 +48,7 @@ class ScorePlayers:
             np.float32, copy=False
         )
         # Ray Data calls this on a thread of its own, and OpenMP's thread cap is per calling
-        # thread: the cap MemberModel.load set does not reach it, so HistGradientBoosting
+        # thread: the cap load_group set does not reach it, so HistGradientBoosting
         # would run a team as wide as the machine in every actor, against the other actors.
         with threadpool_limits(limits=1, user_api="openmp"):
             scored = self._scorer.score(rows)

@@ -17,6 +17,7 @@ from app.config.settings import get_settings
 from app.config.strict import StrictModel
 from app.contract.artifacts import version_dir
 from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
+from app.contract.manifest import Runtime
 
 # Serve's policy that scales on a deployment's replicas' own utilization
 # (app.serving.autoscaling, app.core.load_meter) instead of on ongoing requests.
@@ -377,6 +378,12 @@ class EnsembleAppArgs(StrictModel):
     # on top of `members`. The builder checks every name against the layout.
     member_deployments: dict[str, dict[str, Any]] = Field(default_factory=dict)
     layout: MemberLayout = Field(default_factory=MemberLayout)
+    runtime: Runtime = Field(
+        default="onnx",
+        description="how members are scored: `onnx` runs each member's compiled graph, every "
+        "member of a process fused into one ONNX Runtime call (a member without a compiled "
+        "form is scored natively); `native` calls each training library's predict",
+    )
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     coalescing: CoalescingConfig = Field(default_factory=CoalescingConfig)
     faults: FaultInjection = Field(default_factory=FaultInjection)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.config.settings import get_settings
 from app.contract.artifacts import version_dir
 from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
+from app.contract.manifest import Runtime
 
 
 class BatchJobArgs(BaseModel):
@@ -42,6 +43,8 @@ class BatchJobArgs(BaseModel):
     min_actors: int = Field(default=1, ge=1)
     max_actors: int | None = Field(default=None, ge=1)
     actor_num_cpus: float = Field(default=1.0, gt=0)
+    # How members score (as an application's `runtime`): the compiled graphs, or native.
+    runtime: Runtime = "onnx"
     # Rows per Parquet file at least (the last file of a run may hold fewer).
     min_rows_per_file: int = Field(default=100_000, ge=1)
 

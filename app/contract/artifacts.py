@@ -43,16 +43,27 @@ def sha256_of(path: Path) -> str:
 
 def verified_artifact(entry: MemberEntry, base_dir: Path) -> Path:
     """Path of the member's artifact, after its sha256 matched the manifest."""
-    path = (base_dir / entry.artifact).resolve()
+    return _verified(entry.name, entry.artifact, entry.sha256, base_dir)
+
+
+def verified_serving_artifact(entry: MemberEntry, base_dir: Path) -> Path:
+    """Path of the member's compiled artifact, after its sha256 matched the manifest."""
+    if entry.serving is None:
+        raise ArtifactIntegrityError(f"{entry.name}: the manifest records no compiled artifact")
+    return _verified(entry.name, entry.serving.artifact, entry.serving.sha256, base_dir)
+
+
+def _verified(member: str, artifact: str, sha256: str, base_dir: Path) -> Path:
+    path = (base_dir / artifact).resolve()
     if not path.is_relative_to(base_dir.resolve()):
-        raise ArtifactIntegrityError(f"{entry.name}: artifact path escapes the version folder")
+        raise ArtifactIntegrityError(f"{member}: artifact path escapes the version folder")
     if not path.is_file():
-        raise ArtifactIntegrityError(f"{entry.name}: artifact {path} is missing")
+        raise ArtifactIntegrityError(f"{member}: artifact {path} is missing")
     actual = sha256_of(path)
-    if actual != entry.sha256:
+    if actual != sha256:
         raise ArtifactIntegrityError(
-            f"{entry.name}: sha256 mismatch for {path.name} (manifest {entry.sha256[:12]}…, "
-            f"file {actual[:12]}…); refusing to load it"
+            f"{member}: sha256 mismatch for {path.name} (manifest {sha256}, file {actual}); "
+            "refusing to load it"
         )
     return path
 

@@ -19,6 +19,9 @@ from app.contract.ids import GAME_PATTERN, MEMBER_NAME_PATTERN, PROFILE_PATTERN,
 MANIFEST_FILENAME = "manifest.json"
 
 Framework = Literal["xgboost", "sklearn"]
+# How a member is scored at serving: its training library's own predict (the reference), or
+# its compiled ONNX graph run by ONNX Runtime (models.compile, app.adapters.onnx_members).
+Runtime = Literal["onnx", "native"]
 
 
 class Offer(BaseModel):
@@ -42,6 +45,51 @@ class Offer(BaseModel):
         return self.price * (1.0 - self.discount)
 
 
+class PredictCost(BaseModel):
+    """A member's predict cost on one thread: a fixed part per call and a part per row.
+
+    Measured once, when the version is trained (models.version_builder), so a layout planned
+    from it is the same whatever the host is doing when an application is built."""
+
+    model_config = ConfigDict(frozen=True)
+
+    call_ms: float = Field(ge=0)
+    row_ms: float = Field(ge=0)
+
+
+class ServingArtifact(BaseModel):
+    """A member's compiled form (models.compile): a standalone ONNX graph, checked like the
+    native artifact (sha256 before parsing) and against the native scores (Fidelity)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runtime: Literal["onnx"] = "onnx"
+    artifact: str = Field(description="artifact path relative to the manifest's folder")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size_bytes: int = Field(ge=0)
+
+
+class Fidelity(BaseModel):
+    """Check rows and each member's native scores for them: a replica scoring with another
+    runtime refuses to start when any of its scores differs by more than `tolerance`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rows: list[list[float]] = Field(min_length=1, description="float32 candidate rows")
+    scores: dict[str, list[float]] = Field(description="member -> native propensity per row")
+    tolerance: float = Field(default=1e-6, gt=0)
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Fidelity:
+        width = {len(r) for r in self.rows}
+        if len(width) != 1:
+            raise ValueError("fidelity rows must all have the same width")
+        for name, scores in self.scores.items():
+            if len(scores) != len(self.rows):
+                raise ValueError(f"fidelity scores of {name} do not match the rows")
+        return self
+
+
 class MemberEntry(BaseModel):
     """One trained member of the ensemble and the evidence needed to trust its artifact."""
 
@@ -57,6 +105,14 @@ class MemberEntry(BaseModel):
     training: dict[str, str | int | float] = Field(
         default_factory=dict, description="data the member saw: window, sampling, segment, rows"
     )
+    # The compiled form, when the member's estimator has one (None: served natively).
+    serving: ServingArtifact | None = None
+    # Runtime -> predict cost measured at training (empty in manifests trained before).
+    costs: dict[Runtime, PredictCost] = Field(default_factory=dict)
+
+    def runtime(self, wanted: Runtime) -> Runtime:
+        """What this member is scored with when `wanted` is asked for."""
+        return "onnx" if wanted == "onnx" and self.serving is not None else "native"
 
 
 class Manifest(BaseModel):
@@ -75,6 +131,7 @@ class Manifest(BaseModel):
     ensemble_auc: float = Field(ge=0, le=1)
     oracle_auc: float = Field(ge=0, le=1, description="AUC of the ground-truth probabilities")
     holdout_rows: int = Field(gt=0)
+    fidelity: Fidelity | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
@@ -86,6 +143,8 @@ class Manifest(BaseModel):
         names = [m.name for m in self.members]
         if len(set(names)) != len(names):
             raise ValueError("member names must be unique")
+        if self.fidelity is not None and sorted(self.fidelity.scores) != sorted(names):
+            raise ValueError("fidelity scores must cover every member")
         width = len(self.feature_schema.offer_features)
         for offer in self.offers:
             if len(offer.features) != width or not all(math.isfinite(v) for v in offer.features):

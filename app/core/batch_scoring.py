@@ -27,6 +27,27 @@ class Member(Protocol):
     def score(self, matrix: np.ndarray) -> np.ndarray: ...
 
 
+class Members(Protocol):
+    """Members scored together (app.adapters.member_model.MemberGroupModel): `score` maps a
+    matrix to its (members, rows) scores, in `names` order."""
+
+    @property
+    def names(self) -> tuple[str, ...]: ...
+
+    def score(self, matrix: np.ndarray) -> np.ndarray: ...
+
+
+class SeparateMembers:
+    """Single members scored one after another, as one `Members`."""
+
+    def __init__(self, members: Sequence[Member]) -> None:
+        self._members = tuple(members)
+        self.names = tuple(m.name for m in self._members)
+
+    def score(self, matrix: np.ndarray) -> np.ndarray:
+        return np.stack([m.score(matrix) for m in self._members])
+
+
 @dataclass(frozen=True)
 class ScoredPlayers:
     offer_index: np.ndarray  # into the catalog's offers
@@ -36,22 +57,28 @@ class ScoredPlayers:
 
 class BatchScorer:
     def __init__(
-        self, catalog: OfferCatalog, members: Sequence[Member], weights: dict[str, float]
+        self,
+        catalog: OfferCatalog,
+        members: Sequence[Member] | Members,
+        weights: dict[str, float],
     ) -> None:
-        if not members:
+        scored = SeparateMembers(members) if isinstance(members, Sequence) else members
+        if not scored.names:
             raise ValueError("a batch scorer needs at least one member")
-        missing = [m.name for m in members if m.name not in weights]
+        missing = [n for n in scored.names if n not in weights]
         if missing:
             raise ValueError(f"no weight for members {missing}")
         self.catalog = catalog
-        self.members = tuple(members)
+        self.members = scored
         self.weights = dict(weights)
 
     def score(self, player_rows: np.ndarray) -> ScoredPlayers:
         """Each player's best offer; `player_rows` is (n, player width), encoded."""
         candidates = self.catalog.candidates(player_rows)
+        scores = self.members.score(candidates)
         answers = [
-            MemberScores(m.name, self.weights[m.name], m.score(candidates)) for m in self.members
+            MemberScores(name, self.weights[name], row)
+            for name, row in zip(self.members.names, scores, strict=True)
         ]
         best, propensity, revenue = self.catalog.decide_many(weighted_mean(answers))
         return ScoredPlayers(best, propensity, revenue)

@@ -9,6 +9,7 @@
                      [-- offers-batch options]
     offers ray-env   [--config serve_config.yaml]   (`export` lines: eval them before `ray start`)
     offers plan      [--config serve_config.yaml] [--load LOGINS_PER_S] [--cores N]
+                     [--runtime onnx|native]
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -27,9 +28,9 @@ clusters (app.local.ray_auth), making the project's token file if it is missing,
 cluster started by hand and for `serve deploy`/`serve status` against `make run`'s; with
 `--config`, also Serve's process settings and that config's edge admission, as `make run`
 starts Ray with them. `plan` prints, per ensemble application, the member layout `layout:
-auto` builds on this machine (app.local.layout_plan): each member's measured predict cost,
-its placement and why, and the expected CPU per login against one deployment per member;
-`--load` and `--cores` plan for another load or machine.
+auto` builds (app.local.layout_plan): each member's runtime and its predict cost as recorded
+at training, its placement and why, and the expected CPU per login against one deployment
+per member; `--load`, `--cores` and `--runtime` plan for another load, machine or runtime.
 """
 
 from __future__ import annotations
@@ -255,6 +256,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     plan.add_argument("--load", type=float, help="logins/s per supervisor replica")
     plan.add_argument("--cores", type=int, help="cores one fan-out can use")
+    plan.add_argument(
+        "--runtime", choices=["onnx", "native"], help="member runtime (default: the app's)"
+    )
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -295,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "plan":
             prepare(apps)
-            request = PlanRequest(load=args.load, cores=args.cores)
+            request = PlanRequest(load=args.load, cores=args.cores, runtime=args.runtime)
             for app in apps:
                 print(render(app, *planned_layout(app, request)), end="\n\n")
             return 0

@@ -44,7 +44,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             f"{version_dir} holds {manifest.game}/{manifest.version}, "
             f"not {args.game}/{args.version}"
         )
-    placed = place_members(manifest, args.layout, version_dir)
+    placed = place_members(manifest, args.layout, version_dir, runtime=args.runtime)
     check_member_deployments(args, manifest, placed)
     try:
         knobs = args.knobs().checked(
@@ -61,7 +61,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             ),
             user_config=member_config,
         )
-        .bind(list(group.members), str(version_dir))
+        .bind(list(group.members), str(version_dir), args.runtime)
         for group in placed.groups
     }
     supervisor = _deployment(Supervisor).options(
@@ -76,6 +76,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
     )
     config = SupervisorConfig(
         version_dir=str(version_dir),
+        runtime=args.runtime,
         knobs=knobs,
         coalescing_enabled=args.coalescing.enabled,
         max_batch_rows=args.batching.max_batch_rows,

@@ -18,10 +18,10 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 from app.adapters.host_cpu import IdleCpu
-from app.adapters.member_model import MemberGroupModel, MemberModel
+from app.adapters.member_model import load_group
 from app.config.app_args import MemberGroupConfig
 from app.config.knobs import explain
-from app.contract.manifest import MemberEntry
+from app.contract.manifest import MemberEntry, Runtime, load_manifest
 from app.core.fanout import MemberRef
 from app.core.load_meter import LoadMeter
 from app.serving.autoscaling import replica_stats
@@ -38,10 +38,13 @@ def _rows(matrices: list[np.ndarray]) -> int:
 class MemberGroupDeployment:
     """Thin Serve wrapper around MemberGroupModel; `@serve.batch` shares one predict per batch."""
 
-    def __init__(self, entries: list[MemberEntry], version_dir: str) -> None:
+    def __init__(
+        self, entries: list[MemberEntry], version_dir: str, runtime: Runtime = "onnx"
+    ) -> None:
         prepare_replica_process()
         self._names = [e.name for e in entries]
-        self._group = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in entries])
+        folder = Path(version_dir)
+        self._group = load_group(entries, folder, runtime, load_manifest(folder).fidelity)
         self._delay_s = 0.0
         self._fault_counts: Counter[str] = Counter()
         # Share of time spent scoring (one batch at a time): what this deployment

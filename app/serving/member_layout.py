@@ -5,7 +5,10 @@
   replicated and autoscaled on its own;
 - groups: N deployments, members spread over them by the manifest's predict cost;
 - auto: the cost-aware plan (app.core.member_placement) from the members' predict costs
-  measured here and now (app.adapters.predict_cost), the hop's cost and the expected load.
+  under the application's runtime, as the manifest records them (measured once, at
+  training), the hop's cost and the expected load. The same artifacts and config give the
+  same plan whatever the building host is doing. A manifest from before costs were
+  recorded is measured here and now instead (app.adapters.predict_cost).
   Cheap members are scored inside the supervisor (inline), the ones that do not fit its
   serial budget in member groups, a dominant one in a deployment of its own.
 
@@ -24,7 +27,7 @@ from pathlib import Path
 from app.adapters.member_model import MemberModel
 from app.adapters.predict_cost import measure_costs
 from app.config.app_args import MemberLayout
-from app.contract.manifest import Manifest, MemberEntry
+from app.contract.manifest import Manifest, MemberEntry, Runtime
 from app.core.member_placement import (
     DEDICATED_PREFIX,
     GROUP_PREFIX,
@@ -53,6 +56,9 @@ class PlacedMembers:
     inline: tuple[MemberEntry, ...]
     groups: tuple[MemberGroup, ...]
     plan: LayoutPlan | None = None
+    runtime: Runtime = "onnx"
+    # Where the plan's costs came from: "manifest" (recorded at training) or "measured".
+    costs_from: str | None = None
 
     def placements(self) -> dict[str, dict[str, str | float | None]]:
         """Member -> where it is scored (and, when planned, its cost and why): the view
@@ -65,7 +71,9 @@ class PlacedMembers:
             kind = "grouped" if group.deployment.startswith(GROUP_PREFIX) else "dedicated"
             for entry in group.members:
                 out[entry.name] = {"placement": kind, "deployment": group.deployment}
+        by_name = {e.name: e for e in (*self.inline, *(e for g in self.groups for e in g.members))}
         for name, view in out.items():
+            view["runtime"] = by_name[name].runtime(self.runtime)
             if name in planned:
                 m = planned[name]
                 view |= {
@@ -124,6 +132,18 @@ def plan_inputs(layout: MemberLayout, rows_per_login: int) -> PlanInputs:
     )
 
 
+def recorded_costs(manifest: Manifest, runtime: Runtime) -> list[MemberCost] | None:
+    """Each member's cost under the runtime that will score it, from the manifest; None
+    when any member has none recorded (a manifest trained before costs were)."""
+    costs = []
+    for entry in manifest.members:
+        cost = entry.costs.get(entry.runtime(runtime))
+        if cost is None:
+            return None
+        costs.append(MemberCost(entry.name, call_ms=cost.call_ms, row_ms=cost.row_ms))
+    return costs
+
+
 def measured_costs(manifest: Manifest, version_dir: Path) -> list[MemberCost]:
     """Each member's predict cost on this machine, on one login's candidate rows built from
     the schema's defaults (what a supervisor warms up with)."""
@@ -138,13 +158,22 @@ def place_members(
     layout: MemberLayout,
     version_dir: Path,
     costs: Sequence[MemberCost] | None = None,
+    runtime: Runtime = "onnx",
 ) -> PlacedMembers:
-    """The placement `layout` asks for. `auto` measures the costs here unless given."""
+    """The placement `layout` asks for. `auto` plans from the given costs, else the
+    manifest's for `runtime`, else costs measured here (an older manifest)."""
     entries = manifest.members
     if layout.placement != "auto":
-        return PlacedMembers(inline=(), groups=tuple(plan_groups(entries, layout)))
+        return PlacedMembers(
+            inline=(), groups=tuple(plan_groups(entries, layout)), runtime=runtime
+        )
+    costs_from = "given"
+    if costs is None:
+        costs = recorded_costs(manifest, runtime)
+        costs_from = "manifest"
     if costs is None:
         costs = measured_costs(manifest, version_dir)
+        costs_from = "measured"
     plan = plan_layout(costs, plan_inputs(layout, len(manifest.offers)))
     by_name = {e.name: e for e in entries}
     inline = tuple(by_name[n] for n in plan.inline())
@@ -152,4 +181,6 @@ def place_members(
         MemberGroup(deployment, tuple(by_name[n] for n in names))
         for deployment, names in sorted(plan.deployments().items())
     )
-    return PlacedMembers(inline=inline, groups=groups, plan=plan)
+    return PlacedMembers(
+        inline=inline, groups=groups, plan=plan, runtime=runtime, costs_from=costs_from
+    )

@@ -14,14 +14,14 @@ from ray.serve.handle import DeploymentHandle
 
 from app.adapters.dynamodb import FeatureStore
 from app.adapters.host_cpu import IdleCpu
-from app.adapters.member_model import InProcessGroupClient, MemberGroupModel, MemberModel
+from app.adapters.member_model import InProcessGroupClient, load_group
 from app.adapters.snapshot_store import latest_snapshot
 from app.api.routed_login import answer_routed_login
 from app.api.routes import build_http_api
 from app.config.app_args import PrecomputedArgs
 from app.config.knobs import SupervisorKnobs, explain
 from app.config.settings import get_settings
-from app.contract.manifest import Manifest, load_manifest
+from app.contract.manifest import Manifest, Runtime, load_manifest
 from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
@@ -42,6 +42,8 @@ class SupervisorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version_dir: str
+    # How the inline members are scored (EnsembleAppArgs.runtime).
+    runtime: Runtime = "onnx"
     # The runtime knobs as the app's args set them; a live user_config is merged over these
     # (app.config.knobs). They are init args, so they only change with the args.
     knobs: SupervisorKnobs
@@ -84,12 +86,14 @@ def member_clients(
         for name, members in config.groups.items()
     ]
     if config.inline:
-        version_dir = Path(config.version_dir)
-        models = [MemberModel.load(entries[m], version_dir) for m in config.inline]
+        group = load_group(
+            [entries[m] for m in config.inline],
+            Path(config.version_dir),
+            config.runtime,
+            manifest.fidelity,
+        )
         clients.append(
-            InProcessGroupClient(
-                INLINE_CLIENT, MemberGroupModel(models), delay_s=config.inline_delay_ms / 1000.0
-            )
+            InProcessGroupClient(INLINE_CLIENT, group, delay_s=config.inline_delay_ms / 1000.0)
         )
     return clients
 

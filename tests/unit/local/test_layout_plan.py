@@ -1,4 +1,4 @@
-"""`offers plan`: the layout `auto` builds here, as a table, from costs measured here."""
+"""`offers plan`: the layout `auto` builds, as a table, from the costs the manifest records."""
 
 from __future__ import annotations
 
@@ -39,11 +39,13 @@ def test_plan_prints_every_member_its_cost_placement_and_reason(tmp_path, tiny_v
     members = [e.name for e in load_manifest(tiny_version_dir).members]
     assert sorted(rows) == sorted(members)
     for cells in rows.values():
-        assert float(cells[1]) >= 0 and float(cells[3]) > 0  # ms per call, per fan-out
-        assert cells[6] in {"inline", "grouped", "dedicated"}
-        assert cells[8]  # why
+        assert cells[1] == "onnx"  # the shipped runtime; every tiny member compiles
+        assert float(cells[2]) >= 0 and float(cells[4]) > 0  # ms per call, per fan-out
+        assert cells[7] in {"inline", "grouped", "dedicated"}
+        assert cells[9]  # why
     # The tiny members cost far less than a hop: all inline, so no hop at all.
-    assert {cells[6] for cells in rows.values()} == {"inline"}
+    assert {cells[7] for cells in rows.values()} == {"inline"}
+    assert "costs from manifest" in out
     assert "expected CPU per login" in out and "one deployment per member" in out
 
 
@@ -54,3 +56,14 @@ def test_plan_for_another_load_and_machine(tmp_path, tiny_version_dir, capsys):
     assert "layout in the config: groups (below: what `auto` would build)" in out
     assert "planned for 300 logins/s per supervisor replica" in out
     assert "6 cores a fan-out can use" in out
+
+
+def test_plan_for_the_native_runtime_uses_the_native_costs(tmp_path, tiny_version_dir, capsys):
+    path = tiny_config(tmp_path, tiny_version_dir, {"placement": "auto"})
+    assert main(["plan", "--config", str(path), "--runtime", "native"]) == 0
+    rows = table_rows(capsys.readouterr().out)
+    manifest = load_manifest(tiny_version_dir)
+    for entry in manifest.members:
+        cells = rows[entry.name]
+        assert cells[1] == "native"
+        assert float(cells[2]) == pytest.approx(entry.costs["native"].call_ms, abs=5e-4)
