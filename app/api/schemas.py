@@ -123,6 +123,11 @@ class MemberPlacementInfo(BaseModel):
         "deployment shared with other members; dedicated: its own deployment"
     )
     deployment: str | None = Field(description="the member deployment; null when inline")
+    runtime: Literal["onnx", "native"] | None = Field(
+        default=None,
+        description="onnx: its compiled graph in ONNX Runtime, fused with the other compiled "
+        "members of the same process; native: its training library's predict",
+    )
     predict_ms_per_call: float | None = Field(
         default=None, description="layout auto: predict cost per fan-out it planned with"
     )

@@ -18,7 +18,7 @@ import yaml
 
 from app.local.processes import free_port
 from loadtest.bench import capacity
-from loadtest.bench.peers import LegacySystem, PoolSystem
+from loadtest.bench.peers import LegacySystem, PoolCompiledSystem, PoolSystem
 from loadtest.bench.variants import PRODUCTION, VARIANTS, Variant
 from loadtest.harness.haproxy_admin import HAProxyAdmin, RefusalsReading
 from loadtest.harness.isolation import CpuIsolation
@@ -49,9 +49,10 @@ def make_system(name: str, ctx: Context, out: Path) -> System:
         system: System = LegacySystem(
             ctx.version_dir, ctx.route_prefix, port, ctx.endpoint_url, TABLE, out / "legacy.log"
         )
-    elif name == "pool":
-        system = PoolSystem(
-            ctx.version_dir, ctx.route_prefix, port, ctx.endpoint_url, TABLE, out / "pool.log"
+    elif name in ("pool", "pool-compiled"):
+        kind = PoolSystem if name == "pool" else PoolCompiledSystem
+        system = kind(
+            ctx.version_dir, ctx.route_prefix, port, ctx.endpoint_url, TABLE, out / f"{name}.log"
         )
     elif name == "ensemble":
         system = _ensemble(ctx, out, None, ctx.args.config)

@@ -76,3 +76,14 @@ class PoolSystem(PeerSystem):
 
     def web_workers(self) -> int:
         return 1  # the pool's worker processes are the parallelism
+
+
+class PoolCompiledSystem(PoolSystem):
+    """The process pool scoring the compiled members (ONNX Runtime, one call for all), as
+    the ensemble does: the pool and the ensemble then differ only in their architecture."""
+
+    name = "pool-compiled"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env["OFFERS_POOL_RUNTIME"] = "onnx"

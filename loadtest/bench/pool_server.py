@@ -31,11 +31,11 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.adapters.dynamodb import FeatureStore
-from app.adapters.member_model import MemberGroupModel, MemberModel
+from app.adapters.member_model import MemberGroupModel, load_group
 from app.api.routes import build_http_api
 from app.config.app_args import CoalescingConfig, EnsembleAppArgs
 from app.config.settings import get_settings
-from app.contract.manifest import load_manifest
+from app.contract.manifest import Runtime, load_manifest
 from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import Fanout, MemberRef
@@ -48,6 +48,8 @@ class PoolSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OFFERS_POOL_", extra="ignore")
 
     version_dir: Path
+    # As users run the pool today: each library's own predict. `pool-compiled`: onnx.
+    runtime: Runtime = "native"
     workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
     # The ensemble's own defaults, so both give a login the same budget and rules.
     request_budget_ms: float = Field(default=_ARGS["request_budget_ms"].default, gt=0)
@@ -63,11 +65,11 @@ class PoolSettings(BaseSettings):
 _members: MemberGroupModel | None = None
 
 
-def _load_members(version_dir: str) -> None:
+def _load_members(version_dir: str, runtime: Runtime) -> None:
     """Pool initializer: every member in this worker process (one predict thread)."""
     global _members
     manifest = load_manifest(Path(version_dir))
-    _members = MemberGroupModel([MemberModel.load(e, Path(version_dir)) for e in manifest.members])
+    _members = load_group(manifest.members, Path(version_dir), runtime, manifest.fidelity)
 
 
 def _score(matrix: np.ndarray) -> np.ndarray:
@@ -104,7 +106,7 @@ def create_app() -> FastAPI:
         max_workers=pool_settings.workers,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_load_members,
-        initargs=(str(version_dir),),
+        initargs=(str(version_dir), pool_settings.runtime),
     )
     members = tuple(MemberRef(e.name, e.weight) for e in manifest.members)
     fanout = Fanout(

@@ -9,7 +9,9 @@ Systems, all from the same manifest, feature table and HTTP API:
                        members one after another (loadtest.bench.legacy_server)
   pool                 one async web process and a process pool, one worker per core, each
                        holding every member, with the ensemble's feature cache, batched reads
-                       and coalescing (loadtest.bench.pool_server)
+                       and coalescing (loadtest.bench.pool_server), native predicts
+  pool-compiled        the same pool scoring the compiled members (ONNX Runtime), as the
+                       ensemble does: the two then differ only in their architecture
   ensemble             serve_config.yaml as shipped, through its documented ingress
   ensemble-production  serve_config.production-layout.yaml (one deployment per member)
 plus any --ablation variants (loadtest.bench.variants): the shipped config with one lever off.
@@ -46,7 +48,7 @@ from loadtest.harness.results import (
 )
 from models.train import ensure_trained
 
-SYSTEMS = ("legacy", "pool", "ensemble", "ensemble-production")
+SYSTEMS = ("legacy", "pool", "pool-compiled", "ensemble", "ensemble-production")
 # Coarse steps (x1.5); the search then refines between the last held level and the first
 # failed one in x1.15 steps.
 DEFAULT_LEVELS = "10,15,22,33,50,75,110,165,250,375"

@@ -132,6 +132,12 @@ VARIANTS: dict[str, Variant] = {
             replica_env={"OFFERS_REPLICA_NICENESS": "0"},
         ),
         Variant(
+            "native-members",
+            "members scored by each training library's own predict (runtime native) instead "
+            "of their compiled graphs fused into one ONNX Runtime call",
+            args={"runtime": "native"},
+        ),
+        Variant(
             "direct-ingress",
             "clients call one supervisor replica's own port (not a production address)",
             direct_ingress=True,

@@ -1,27 +1,35 @@
-"""Where a member is scored never changes the answer: the same players get bit-identical
-offers from the planned layout (every member inline), a mixed plan (some inline, some in a
-member group) and the grouped layout, and all equal the offline reference computed the way
-the service aggregates."""
+"""Where and how a member is scored never changes the offer.
+
+- Placement: the same players get bit-identical offers from the planned layout (every member
+  inline), a mixed plan (some inline, some in a member group) and the grouped layout, and all
+  equal the offline reference computed the way the service aggregates, with the same runtime.
+- Runtime: the compiled members (`runtime: onnx`, shipped) and the native predicts
+  (`runtime: native`) give every player of the test population the same offer, with
+  propensities within the fidelity tolerance (1e-6)."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import requests
 
 from app.adapters.dynamodb import PARTITION_KEY, player_key
-from app.adapters.member_model import MemberModel
+from app.adapters.member_model import load_group
 from app.contract.manifest import load_manifest
 from app.core.aggregation import MemberScores, weighted_mean
 from app.core.offers import OfferCatalog
 from models.population import player_id
-from tests.conftest import TEST_GAME, TEST_TABLE
+from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
 from tests.integration.conftest import app_args, deploy
 
 pytestmark = pytest.mark.integration
 
 LAYOUTS = {
     "grouped": {"groups": 2},
+    # The same members scored by each training library's own predict.
+    "native": {"placement": "auto", "runtime": "native"},
     # The tiny members cost a fraction of a hop: the plan scores them all in the supervisor.
     "planned": {"placement": "auto"},
     # Two places and no room for a member in series: the supervisor takes about half the
@@ -44,8 +52,10 @@ def placed_apps(serve_app, tiny_version_dir):
     try:
         for name, layout in LAYOUTS.items():
             prefix = f"/placement-{name}"
-            deploy(app_args(tiny_version_dir, layout=layout), name=f"placement-{name}",
-                   route_prefix=prefix)  # fmt: skip
+            placement = {k: v for k, v in layout.items() if k != "runtime"}
+            runtime = layout.get("runtime", "onnx")
+            deploy(app_args(tiny_version_dir, layout=placement, runtime=runtime),
+                   name=f"placement-{name}", route_prefix=prefix)  # fmt: skip
             urls[name] = base + prefix
         yield urls
     finally:
@@ -53,16 +63,17 @@ def placed_apps(serve_app, tiny_version_dir):
             serve.delete(f"placement-{name}")
 
 
-def offline_reference(tiny_version_dir, dynalite_server, pid: str):
+def offline_reference(tiny_version_dir, dynalite_server, pid: str, runtime: str):
     manifest = load_manifest(tiny_version_dir)
     catalog = OfferCatalog(manifest)
     item = dynalite_server.client().get_item(
         TableName=TEST_TABLE, Key={PARTITION_KEY: {"S": player_key(TEST_GAME, pid)}}
     )["Item"]
     candidates = catalog.candidates(manifest.feature_schema.decode_item(item))
+    group = load_group(manifest.members, tiny_version_dir, runtime, manifest.fidelity)
     scores = [
-        MemberScores(e.name, e.weight, MemberModel.load(e, tiny_version_dir).score(candidates))
-        for e in manifest.members
+        MemberScores(e.name, e.weight, row)
+        for e, row in zip(manifest.members, group.score(candidates), strict=True)
     ]
     return catalog.decide(weighted_mean(scores))
 
@@ -76,6 +87,9 @@ def test_each_layout_reports_where_its_members_are_scored(placed_apps, tiny_vers
     for view in views.values():
         assert sorted(view) == members
     assert {v["placement"] for v in views["grouped"].values()} == {"grouped"}
+    assert {v["runtime"] for v in views["native"].values()} == {"native"}
+    for name in ("grouped", "planned", "mixed"):
+        assert {v["runtime"] for v in views[name].values()} == {"onnx"}, name
     assert {v["placement"] for v in views["planned"].values()} == {"inline"}
     assert all(v["reason"] and v["predict_ms_per_call"] > 0 for v in views["planned"].values())
     assert {v["placement"] for v in views["mixed"].values()} == {"inline", "grouped"}
@@ -94,11 +108,44 @@ def test_answers_are_bit_identical_whatever_the_placement(
             ).json()
             for name, url in placed_apps.items()
         }
-        offline = offline_reference(tiny_version_dir, dynalite_server, pid)
+        offline = {
+            runtime: offline_reference(tiny_version_dir, dynalite_server, pid, runtime)
+            for runtime in ("onnx", "native")
+        }
         for name, body in answers.items():
+            reference = offline["native" if name == "native" else "onnx"]
             assert body["personalized"] is True, (name, body)
             assert body["members_answered"] == body["members_total"], (name, body)
-            assert body["offer"]["offer_id"] == offline.offer.offer_id, (name, pid)
+            assert body["offer"]["offer_id"] == reference.offer.offer_id, (name, pid)
             # Exact: the same predicts, aggregated in the same order, whatever the process.
-            assert body["propensity"] == float(np.float64(offline.propensity)), (name, pid)
-            assert body["expected_revenue"] == float(offline.expected_revenue), (name, pid)
+            assert body["propensity"] == float(np.float64(reference.propensity)), (name, pid)
+            assert body["expected_revenue"] == float(reference.expected_revenue), (name, pid)
+
+
+def test_compiled_and_native_members_give_the_test_population_the_same_offers(placed_apps):
+    """Every seeded player, through the service: the shipped runtime against the native one."""
+
+    def answer(url: str, pid: str) -> dict:
+        for _ in range(5):  # a loaded host may answer from a quorum: ask for the whole ensemble
+            body = requests.post(
+                f"{url}/v1/offers", json={"player_id": pid, "game": TEST_GAME}, timeout=10
+            ).json()
+            if body["personalized"] and body["members_answered"] == body["members_total"]:
+                return body
+        raise AssertionError(f"{pid}: no answer from the whole ensemble: {body}")
+
+    players = [player_id(i) for i in range(TEST_PLAYERS)]
+    with ThreadPoolExecutor(4) as pool:
+        compiled = list(pool.map(lambda p: answer(placed_apps["planned"], p), players))
+        native = list(pool.map(lambda p: answer(placed_apps["native"], p), players))
+    pairs = list(zip(compiled, native, strict=True))
+    differences = [abs(c["propensity"] - n["propensity"]) for c, n in pairs]
+    other_offer = [
+        (p, c["offer"]["offer_id"], n["offer"]["offer_id"])
+        for p, c, n in zip(players, compiled, native, strict=True)
+        if c["offer"]["offer_id"] != n["offer"]["offer_id"]
+    ]
+    assert not other_offer, other_offer[:5]
+    assert max(differences) <= 1e-6
+    # The runtimes really differ (else this compares a runtime with itself).
+    assert max(differences) > 0
