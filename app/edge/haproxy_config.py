@@ -3,9 +3,16 @@
 Serve 2.60 renders `haproxy.cfg` from its own template and exposes none of what admission at
 the edge needs. This module adds, to the config Serve wrote:
 
-- `maxconn N` on every ingress replica (`server` line, not the `backup` fallback proxy) of a
-  listed application: N is the application's admission bound, so HAProxy never holds more
-  logins on one replica than the replica takes on; the rest wait in HAProxy's queue;
+- `maxconn N` on every ingress replica (`server` line) of a listed application: N is the
+  application's admission bound, so HAProxy never holds more logins on one replica than the
+  replica takes on; the rest wait in HAProxy's queue;
+- no `backup` server in a listed application's backend. Serve renders its own Python proxy
+  there, for when no ingress replica is up; that proxy holds a login until a replica comes
+  back or its `request_timeout_s` (10 s) passes, so a version whose supervisors all died hung
+  its route for ~20 s (measured 2026-11-26: 30-40 client timeouts of 5 s, resets, in one
+  kill each). Without it, a login with no live replica gets the service's 503 with
+  Retry-After at once, from HAProxy, and one in flight on a replica that dies is retried on
+  a live one (`retry-on`, `option redispatch 1`) or gets the same 503;
 - `timeout queue` on that application's backend: a login that waited that long is answered
   503 by HAProxy itself, without reaching any Python event loop; and a short `timeout
   connect`, which is also how long HAProxy waits before retrying a replica that just died;
@@ -171,7 +178,11 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str
             words = match.group(4).split()
             if "maxconn" in words:
                 raise UnrecognizedConfig(f"server line already has maxconn: {stripped!r}")
-            if "backup" not in words:
-                line = f"{line.rstrip()} maxconn {limits.max_in_flight}"
+            if "backup" in words:
+                # Serve's proxy as the fallback: it would hold a login while no replica is
+                # up. With none, HAProxy answers it the 503 above (module docstring).
+                out.append(f"    # {stripped} (removed by offers-haproxy: no live replica -> 503)")
+                continue
+            line = f"{line.rstrip()} maxconn {limits.max_in_flight}"
         out.append(line)
     return out

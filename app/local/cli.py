@@ -51,6 +51,7 @@ from pydantic import ValidationError
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
+from app.local import precompute
 from app.local.dynalite import Dynalite, local_client
 from app.local.layout_plan import PlanRequest, planned_layout, render
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, default_sigint, port_is_free
@@ -158,7 +159,15 @@ def run_local(
                 log.info(
                     "serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix
                 )
-            return _run_serve(config, head.address, head.env)
+            # The fallback tier from the first run: each version's snapshot, scored on this
+            # Ray once the service answers, when none is fresh (app.local.precompute).
+            _, stop = precompute.start(
+                apps, {**_batch_env(apps[0], endpoint), "RAY_ADDRESS": head.address}
+            )
+            try:
+                return _run_serve(config, head.address, head.env)
+            finally:
+                stop.set()
 
 
 def batch(
@@ -166,18 +175,7 @@ def batch(
 ) -> int:
     """The batch job on one served version, against the local dynalite (started if down)."""
     host, port, table = endpoint
-    settings = app.settings
-    env = {
-        **os.environ,
-        "OFFERS_DYNAMODB_ENDPOINT_URL": f"http://{host}:{port}",
-        "OFFERS_DYNAMODB_TABLE": table,
-        "OFFERS_ARTIFACTS_ROOT": str(app.artifacts_root),
-        "OFFERS_BATCH_OUTPUT_URI": settings.batch_output_uri,
-        **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
-        # The job's ray.init() starts a local cluster: with the project's token, not one
-        # Ray would write under ~/.ray.
-        **ray_auth_env(),
-    }
+    env = {**os.environ, **_batch_env(app, endpoint)}
     command = [
         sys.executable,
         "-m",
@@ -195,6 +193,22 @@ def batch(
     ) as dynalite:
         seed([app], dynalite.client(timeout_s=10.0), table, players)
         return subprocess.run(command, cwd=PROJECT_ROOT, env=env, check=False).returncode
+
+
+def _batch_env(app: ConfiguredApp, endpoint: tuple[str, int, str]) -> dict[str, str]:
+    """What the batch job needs to read the local table and write where `make run`'s
+    supervisors look for snapshots."""
+    host, port, table = endpoint
+    return {
+        "OFFERS_DYNAMODB_ENDPOINT_URL": f"http://{host}:{port}",
+        "OFFERS_DYNAMODB_TABLE": table,
+        "OFFERS_ARTIFACTS_ROOT": str(app.artifacts_root),
+        "OFFERS_BATCH_OUTPUT_URI": app.settings.batch_output_uri,
+        **{k.upper(): v for k, v in LOCAL_CREDENTIALS.items()},
+        # The job's ray.init() starts or joins a cluster with the project's token, never
+        # one Ray would write under ~/.ray.
+        **ray_auth_env(),
+    }
 
 
 def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,10 @@ class SupervisorConfig(BaseModel):
 
 
 BREAKER_REPORT_S = 2.0
+# How often a replica with no snapshot yet looks for the first one: `make run` builds it in
+# the background minutes after the replicas start, and a fresh service should not wait a
+# whole refresh interval to have its fallback tier.
+FIRST_SNAPSHOT_POLL_S = 5.0
 INLINE_CLIENT = "inline"
 
 
@@ -101,7 +106,8 @@ def member_clients(
 async def _keep_precomputed_fresh(
     root: str, manifest: Manifest, tier: PrecomputedTier, service: OfferService, refresh_s: float
 ) -> None:
-    """Load the newest snapshot, then look for a newer one every `refresh_s`.
+    """Load the newest snapshot, then look for a newer one every `refresh_s` (every
+    FIRST_SNAPSHOT_POLL_S while there is none yet).
 
     The read and checksum run on a worker thread: a large snapshot must not stall logins or
     health checks, and the replica is ready before it is loaded (until then the tier is
@@ -131,7 +137,9 @@ async def _keep_precomputed_fresh(
                 snapshot.nbytes / max(header.players, 1),
                 path,
             )
-        await asyncio.sleep(refresh_s)
+        await asyncio.sleep(
+            refresh_s if tier.offers is not None else min(refresh_s, FIRST_SNAPSHOT_POLL_S)
+        )
 
 
 async def _report_breaker(store: FeatureStore, telemetry: SupervisorTelemetry) -> None:
@@ -149,9 +157,17 @@ class Supervisor:
     async def __init__(  # type: ignore[misc]
         self, config: SupervisorConfig, groups: dict[str, DeploymentHandle[Any]]
     ) -> None:
+        started = time.perf_counter()
+        steps: dict[str, float] = {}
+
+        def step(name: str) -> None:
+            steps[name] = round((time.perf_counter() - started) * 1000.0 - sum(steps.values()), 1)
+
         prepare_replica_process()
         manifest = load_manifest(Path(config.version_dir))
+        step("process set-up, manifest")
         clients = member_clients(config, groups, manifest)
+        step("members (verify, load, fidelity check)")
         self._inline = next((c for c in clients if isinstance(c, InProcessGroupClient)), None)
         self._placements = config.placements
         member_order = [e.name for e in manifest.members]
@@ -213,7 +229,9 @@ class Supervisor:
         # Not ready until every member has answered once (or the warm-up budget is spent)
         # and the feature store's client has made one real call: members start alongside
         # the supervisor, and cold handles or a cold client would eat real budgets.
+        step("service")
         await self._store.warm_up()
+        step("feature store warm-up")
         # Without the straggler grace: every member must answer once, however slowly it
         # starts, or the warm-up budget must run out.
         warm = await self._service.warm_up(
@@ -223,6 +241,14 @@ class Supervisor:
             logger.warning(
                 "members not warm after %.0fs: %s", config.warmup_timeout_s, warm.missing
             )
+        step("members warm-up")
+        # Where a replica's start goes, step by step (docs/reliability.md, start-up).
+        logger.info(
+            "supervisor ready in %.0f ms (runtime %s): %s",
+            sum(steps.values()),
+            config.runtime,
+            ", ".join(f"{k} {v:.0f} ms" for k, v in steps.items()),
+        )
 
     async def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom autoscaling metrics (app.serving.autoscaling)."""

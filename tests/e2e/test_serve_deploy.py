@@ -509,6 +509,20 @@ def haproxy_servers(app_name: str) -> dict[str, tuple[str, int, int]]:
     return servers
 
 
+def wait_both_up(app_name: str) -> None:
+    _wait_for(
+        lambda: (
+            sorted(
+                status
+                for server, (status, *_) in haproxy_servers(app_name).items()
+                if server.startswith("SERVE_REPLICA")
+            )
+            == ["UP", "UP"]
+        ),
+        "HAProxy sending to both supervisor replicas",
+    )
+
+
 def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_cluster):
     """Every supervisor replica of a version SIGSTOPped, so no Python event loop of it can
     run: HAProxy holds `admission.max_in_flight` logins on each replica and answers every
@@ -535,17 +549,7 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
     # HAProxy must be sending to both replicas before they stop. After a `serve deploy`
     # that reconfigures them (the previous test's), HAProxy's backend can list one of them
     # for seconds, and then brings it back only after its health checks pass.
-    _wait_for(
-        lambda: (
-            sorted(
-                status
-                for server, (status, *_) in haproxy_servers(app.name).items()
-                if server.startswith("SERVE_REPLICA")
-            )
-            == ["UP", "UP"]
-        ),
-        "HAProxy sending to both supervisor replicas",
-    )
+    wait_both_up(app.name)
     beyond = 24
     url = f"{HTTP_BASE}{app.route_prefix}/v1/offers"
 
@@ -611,6 +615,9 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
         if f"ServeReplica:{app.name}:supervisor" in " ".join(p.info["cmdline"] or [])
     ]
     assert len(victims) == 2, "the shipped config runs 2 supervisor replicas"
+    # One of two live replicas dies, as the test says: HAProxy must be sending to both. After
+    # the previous test stopped them, its health checks bring them back UP within seconds.
+    wait_both_up(app.name)
 
     async def load_with_kill():
         caller = Caller(f"{HTTP_BASE}{app.route_prefix}", app.args.game)
@@ -625,6 +632,48 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
     assert len(shots) == 160
     assert [s for s in shots if s.status is None] == []
     assert [s for s in shots if s.status != 200] == []
+
+
+def test_a_version_whose_supervisors_all_died_refuses_fast_until_it_serves_again(
+    deployed_cluster,
+):
+    """Every supervisor replica of a version SIGKILLed (the auth-check application runs one)
+    while logins arrive on its own route: each is answered, a 503 with Retry-After within a
+    second (HAProxy's own, not Serve's proxy holding it for its 10 s request timeout) or a
+    200, never a hang or a reset, and the version serves personalized offers again once Serve
+    has replaced the replica."""
+    import psutil
+
+    victims = [
+        p
+        for p in psutil.process_iter(["cmdline"])
+        if "ServeReplica:auth-check:supervisor" in " ".join(p.info["cmdline"] or [])
+    ]
+    assert len(victims) == 1, "the auth-check application runs 1 supervisor replica"
+    headers = {"X-API-Key": API_KEY}
+    assert post(AUTH_PREFIX, player_id(3), headers=headers).status_code == 200
+    victims[0].kill()
+    killed = time.monotonic()
+    answers = []  # (seconds since the kill, seconds taken, status, Retry-After)
+    while time.monotonic() - killed < 90:
+        sent = time.monotonic()
+        try:
+            response = post(AUTH_PREFIX, player_id(len(answers) % PLAYERS), headers=headers)
+        except requests.RequestException as exc:  # a hang (timeout) or a reset fails the test
+            pytest.fail(f"{time.monotonic() - killed:.1f}s after the kill: {exc!r}; {answers}")
+        took = time.monotonic() - sent
+        answers.append((round(sent - killed, 2), round(took, 3), response.status_code,
+                        response.headers.get("Retry-After")))  # fmt: skip
+        if response.status_code == 200 and response.json()["personalized"]:
+            if any(status == 503 for _, _, status, _ in answers):
+                break
+        time.sleep(0.05)
+    print("answers after the kill:", answers)  # shown when the test fails
+    refused = [a for a in answers if a[2] == 503]
+    assert refused, "the version had no live replica for a while: its logins were refused"
+    assert {status for _, _, status, _ in answers} <= {200, 503}
+    assert all(retry == "1" and took < 1.0 for _, took, _, retry in refused), refused
+    assert answers[-1][2] == 200, "personalized again once the replica was replaced"
 
 
 def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_cluster, tmp_path):

@@ -91,16 +91,21 @@ def rendered(tmp_path):
     return render_with_ray(tmp_path)
 
 
-def test_listed_apps_replicas_take_their_bound_and_the_fallback_proxy_none(rendered, tmp_path):
+def test_listed_apps_replicas_take_their_bound_and_no_fallback_proxy_holds_logins(
+    rendered, tmp_path
+):
     out = rewrite(rendered, EDGE, tmp_path).text
     for app, bound in ((VERSION, 16), (ROUTER, 32)):
+        before = section(rendered, f"backend {backend_name(app)}")
+        # Serve renders its proxy as the fallback of every backend...
+        assert [s for s in before if s.startswith("server ") and s.endswith(" backup")]
         body = section(out, f"backend {backend_name(app)}")
         servers = [s for s in body if s.startswith("server ")]
         primary = [s for s in servers if " backup" not in s]
         assert primary and all(s.endswith(f"maxconn {bound}") for s in primary)
-        assert [s for s in servers if " backup" in s] and not [
-            s for s in servers if " backup" in s and "maxconn" in s
-        ]
+        # ...and a listed application's has none: no live replica is HAProxy's own 503.
+        assert not [s for s in servers if " backup" in s]
+        assert len(primary) == len([s for s in before if s.startswith("server ")]) - 1
     unlisted = section(out, f"backend {backend_name(UNLISTED)}")
     assert unlisted == section(rendered, f"backend {backend_name(UNLISTED)}")
 
