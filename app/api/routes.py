@@ -94,9 +94,10 @@ def build_http_api(
     api_key_sha256: SecretStr | None = None,
     knobs: Callable[[], tuple[dict[str, Any], str | None]] | None = None,
     layout: Mapping[str, Mapping[str, Any]] | None = None,
+    startup_ms: Mapping[str, float] | None = None,
 ) -> FastAPI:
-    """`knobs`: the replica's live knobs and its last refused change, and `layout`: where
-    each member is scored, for GET /v1/ensemble."""
+    """`knobs`: the replica's live knobs and its last refused change, `layout`: where each
+    member is scored, and `startup_ms`: where the replica's start went, for GET /v1/ensemble."""
     # The key check (and its security scheme in the OpenAPI document) only when auth is on.
     authenticated = [Depends(api_key_check(api_key_sha256))] if api_key_sha256 else []
     api = FastAPI(
@@ -159,6 +160,7 @@ def build_http_api(
         info.layout = {
             name: MemberPlacementInfo.model_validate(view) for name, view in (layout or {}).items()
         }
+        info.startup_ms = dict(startup_ms or {})
         return info
 
     return api

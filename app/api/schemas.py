@@ -161,6 +161,10 @@ class EnsembleInfo(BaseModel):
         default=None,
         description="the precomputed-offers snapshot this replica holds; null if none",
     )
+    startup_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="where the answering replica's start went, step by step, in ms",
+    )
     layout: dict[str, MemberPlacementInfo] = Field(
         default_factory=dict,
         description="member -> where this application scores it (app.serving.member_layout)",

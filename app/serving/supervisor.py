@@ -159,7 +159,7 @@ class Supervisor:
     ) -> None:
         started = time.perf_counter()
         steps: dict[str, float] = {}
-
+        self._startup_ms = steps  # filled below; GET /v1/ensemble shows it
         def step(name: str) -> None:
             steps[name] = round((time.perf_counter() - started) * 1000.0 - sum(steps.values()), 1)
 
@@ -326,6 +326,7 @@ class Supervisor:
             api_key_sha256=self._api_key_sha256,
             knobs=self._knobs_view,
             layout=self._placements,
+            startup_ms=self._startup_ms,
         )
 
     def __del__(self) -> None:
