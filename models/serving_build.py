@@ -13,12 +13,12 @@ serving replica re-scores them before it serves (app.adapters.member_model.check
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 from threadpoolctl import threadpool_limits
 
 from app.contract.artifacts import LoadedArtifact, sha256_of
@@ -40,6 +40,10 @@ Predict = Callable[[np.ndarray], np.ndarray]
 
 
 def _session(model: bytes) -> Predict:
+    # Telemetry off before ONNX Runtime loads: it would write under ~/.cache/Microsoft.
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1

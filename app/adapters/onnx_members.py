@@ -14,12 +14,14 @@ ONNX Runtime releases the GIL while it runs, so the replica's event loop keeps s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, compose, helper, numpy_helper
 
 from app.contract.artifacts import verified_serving_artifact
@@ -30,7 +32,19 @@ MEMBER_OUTPUT = "p"
 OUTPUT = "scores"
 
 
-def session_options() -> ort.SessionOptions:
+def onnxruntime() -> ModuleType:
+    """ONNX Runtime, imported with its telemetry off. Otherwise its first session writes a
+    device id and an event database under ~/.cache/Microsoft: a replica must write nothing
+    under its HOME. The switch is read when the library loads, so it is set before."""
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+    import onnxruntime as ort
+
+    module: ModuleType = ort
+    return module
+
+
+def session_options() -> Any:
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
@@ -92,7 +106,7 @@ class FusedMembers:
     def __init__(self, entries: Sequence[MemberEntry], model: onnx.ModelProto) -> None:
         self.entries = tuple(entries)
         self.width = model.graph.input[0].type.tensor_type.shape.dim[1].dim_value
-        self._session = ort.InferenceSession(
+        self._session = onnxruntime().InferenceSession(
             model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"]
         )
 

@@ -167,6 +167,9 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str
     out = [f"    {line}" for line in ours.values()]
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
+    primaries = [
+        line for line in body if (m := _SERVER.match(line)) and "backup" not in m.group(4).split()
+    ]
     for line in body:
         stripped = line.strip()
         if stripped.startswith("http-request "):
@@ -178,10 +181,15 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str
             words = match.group(4).split()
             if "maxconn" in words:
                 raise UnrecognizedConfig(f"server line already has maxconn: {stripped!r}")
-            if "backup" in words:
+            if "backup" in words and primaries:
                 # Serve's proxy as the fallback: it would hold a login while no replica is
                 # up. With none, HAProxy answers it the 503 above (module docstring).
                 out.append(f"    # {stripped} (removed by offers-haproxy: no live replica -> 503)")
+                continue
+            if "backup" in words:
+                # No replica listed at all (Serve renders that while it (re)deploys the
+                # application): its proxy routes the login, as Serve intends.
+                out.append(line)
                 continue
             line = f"{line.rstrip()} maxconn {limits.max_in_flight}"
         out.append(line)

@@ -220,3 +220,27 @@ def test_backend_names_are_the_ones_serve_renders(name):
     from ray.serve._private.haproxy import HAProxyManager
 
     assert safe_name(name) == HAProxyManager.get_safe_name(name)
+
+
+def test_a_backend_with_no_replica_listed_keeps_serves_proxy(rendered, tmp_path):
+    """While Serve (re)deploys an application it can render its backend with no replica at
+    all; its proxy then routes the login (as before), instead of a 503 for every login of a
+    live `serve deploy`. Only a backend that lists replicas loses the fallback."""
+    header = f"backend {backend_name(VERSION)}"
+    lines = rendered.splitlines()
+    start = lines.index(header)
+    end = next(
+        (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
+        len(lines),
+    )
+    emptied = [
+        line
+        for i, line in enumerate(lines)
+        if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
+    ]
+    out = rewrite("\n".join(emptied) + "\n", EDGE, tmp_path).text
+    servers = [s for s in section(out, header) if s.startswith("server ")]
+    assert len(servers) == 1 and servers[0].endswith(" backup")
+    # The other listed backend still lists its replicas, and so has no fallback.
+    router = [s for s in section(out, f"backend {backend_name(ROUTER)}") if s.startswith("server")]
+    assert router and not [s for s in router if " backup" in s]

@@ -4,13 +4,13 @@ on rows far outside the training data, with missing values, and at any batch siz
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pytest
 from sklearn.ensemble import ExtraTreesClassifier, HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, SplineTransformer, StandardScaler
 
+from app.adapters.onnx_members import onnxruntime
 from models.compile import NotCompilable, compile_member
 
 pytestmark = pytest.mark.unit
@@ -35,6 +35,7 @@ def probe_rows(X):
 
 
 def run(model_bytes, X):
+    ort = onnxruntime()
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])

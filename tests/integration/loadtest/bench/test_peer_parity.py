@@ -1,7 +1,12 @@
-"""The benchmark's peers (legacy, pool) answer exactly like the ensemble for the same players.
+"""The benchmark's peers answer exactly like the ensemble for the same players.
 
 A benchmark compares like with like only if every system computes the same answer: the same
 offer, propensity and expected revenue, the same fallbacks and the same validation errors.
+Each peer is held to the ensemble scoring with its runtime: legacy and the pool call the
+native predicts (as users run them), `pool-compiled` the compiled members, as the shipped
+ensemble does; a second application of the same ensemble with `runtime: native` answers for
+the native ones. (Across runtimes the offers are the same and the propensities within the
+fidelity tolerance: tests/integration/serving/test_member_placement.py.)
 """
 
 from __future__ import annotations
@@ -10,16 +15,45 @@ import pytest
 import requests
 
 from app.local.processes import free_port
-from loadtest.bench.peers import LegacySystem, PoolSystem
+from loadtest.bench.peers import LegacySystem, PoolCompiledSystem, PoolSystem
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE, TEST_VERSION
+from tests.integration.conftest import app_args, deploy
 
 pytestmark = pytest.mark.integration
 
 PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
 
 
-@pytest.fixture(scope="module", params=[LegacySystem, PoolSystem], ids=["legacy", "pool"])
+NATIVE_APP = "parity-native"
+
+
+@pytest.fixture(scope="module")
+def native_app(serve_app, tiny_version_dir):
+    """The integration application with `runtime: native`, beside the shipped one."""
+    from ray import serve
+
+    base = serve_app.rsplit("/", 2)[0]  # http://host:port
+    deploy(app_args(tiny_version_dir, runtime="native"), name=NATIVE_APP,
+           route_prefix=f"/{NATIVE_APP}")  # fmt: skip
+    try:
+        yield f"{base}/{NATIVE_APP}"
+    finally:
+        serve.delete(NATIVE_APP)
+
+
+@pytest.fixture
+def ensemble(request, serve_app, peer_base):
+    """The ensemble scoring with the peer's runtime."""
+    native = request.node.callspec.params["peer_base"] is not PoolCompiledSystem
+    return request.getfixturevalue("native_app") if native else serve_app
+
+
+@pytest.fixture(
+    scope="module",
+    params=[LegacySystem, PoolSystem, PoolCompiledSystem],
+    ids=["legacy", "pool", "pool-compiled"],
+)
 def peer_base(request, tiny_version_dir, dynalite_server, tmp_path_factory):
     peer = request.param
     log = tmp_path_factory.mktemp(peer.name) / f"{peer.name}.log"
@@ -46,8 +80,8 @@ def offer(base: str, pid: str) -> dict:
 
 
 @pytest.mark.parametrize("index", [0, 1, 7, 42, 99, 150, 299])
-def test_same_offer_and_propensity_as_the_ensemble(serve_app, peer_base, index):
-    served, peer = offer(serve_app, player_id(index)), offer(peer_base, player_id(index))
+def test_same_offer_and_propensity_as_the_ensemble(ensemble, peer_base, index):
+    served, peer = offer(ensemble, player_id(index)), offer(peer_base, player_id(index))
     assert peer["personalized"] is served["personalized"] is True
     assert peer["offer"] == served["offer"]
     assert peer["propensity"] == pytest.approx(served["propensity"], abs=1e-9)
@@ -55,9 +89,9 @@ def test_same_offer_and_propensity_as_the_ensemble(serve_app, peer_base, index):
     assert peer["answered_members"] == served["answered_members"]
 
 
-def test_same_fallback_for_unknown_players(serve_app, peer_base):
+def test_same_fallback_for_unknown_players(ensemble, peer_base):
     pid = player_id(TEST_PLAYERS + 1)
-    served, peer = offer(serve_app, pid), offer(peer_base, pid)
+    served, peer = offer(ensemble, pid), offer(peer_base, pid)
     assert peer["fallback_reason"] == served["fallback_reason"] == "unknown_player"
     assert peer["offer"] == served["offer"]
 
