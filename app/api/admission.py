@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.admission import (
     OVERLOADED_DETAIL,
+    QUEUE_ROOM_HEADER,
     AdmissionGate,
     EdgeArrival,
     parse_request_start,
@@ -24,6 +25,7 @@ from app.core.admission import (
 OFFERS_PATH_SUFFIX = "/v1/offers"
 ARRIVAL_STATE_KEY = "edge_arrival"
 REQUEST_START_HEADER = b"x-request-start"
+_ROOM_HEADER = QUEUE_ROOM_HEADER.lower().encode()
 
 
 def retry_after_value(retry_after_s: float) -> str:
@@ -56,9 +58,8 @@ class AdmissionMiddleware:
             return
         arrived = time.perf_counter()
         if not self.gate.try_enter():
-            await send(
-                {"type": "http.response.start", "status": 503, "headers": self._refusal_headers}
-            )
+            headers = self._refusal_headers + self._room()
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": self._refusal_body})
             return
         held = True
@@ -70,9 +71,11 @@ class AdmissionMiddleware:
             # later, after the send's awaits, let this loop take that login first and
             # refuse it with a slot about to free.
             nonlocal held
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *self._room()]}
             if held and message["type"] == "http.response.body" and not message.get("more_body"):
                 held = False
-                self.gate.leave()
+                self.gate.leave(time.perf_counter() - arrived)
             await send(message)
 
         try:
@@ -85,6 +88,10 @@ class AdmissionMiddleware:
         finally:
             if held:  # no answer sent (an error, or the client gone)
                 self.gate.leave()
+
+    def _room(self) -> list[tuple[bytes, bytes]]:
+        room = self.gate.queue_room()
+        return [] if room is None else [(_ROOM_HEADER, str(room).encode())]
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

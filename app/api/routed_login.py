@@ -46,6 +46,7 @@ async def answer_routed_login(
             "replica_full": True,
             "max_in_flight": bound,
         }
+    admitted = time.perf_counter()
     try:
         body = OfferRequest.model_validate(payload)
         answer = await service.recommend(to_query(body, request_id, arrival))
@@ -59,7 +60,7 @@ async def answer_routed_login(
     except UnknownGame:
         return {"status": 404, "detail": f"game {payload.get('game')!r} is not served here"}
     finally:
-        gate.leave()
+        gate.leave(time.perf_counter() - admitted)
     return {
         "status": 200,
         "body": to_response(answer).model_dump(mode="json"),

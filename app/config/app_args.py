@@ -269,6 +269,14 @@ class AdmissionConfig(StrictModel):
         "immediate 503 and Retry-After. Must stay below the deployment's max_ongoing_requests, "
         "so Serve never queues a login before its budget starts.",
     )
+    adaptive: bool = Field(
+        default=True,
+        description="a supervisor's bound follows the service time it measures, at most "
+        "max_in_flight (cut while its logins' p90 runs past the budget less the edge queue's "
+        "wait, raised while they are on time), and it tells HAProxy how many logins may wait "
+        "for it (X-Offers-Queue-Room: its rate over the queue's wait, at most "
+        "edge_max_queued). false: max_in_flight and edge_max_queued, fixed.",
+    )
     edge_queue_timeout_ms: int | None = Field(
         default=None,
         ge=1,

@@ -13,6 +13,9 @@ from pydantic import Field
 from app.config.strict import FrozenModel
 
 EDGE_ENV = "OFFERS_EDGE"
+# How far past its budget a login may be answered before the edge refuses it instead: the
+# service's promise is an answer within budget + 100 ms (docs/reliability.md).
+ANSWER_GRACE_MS = 100
 
 
 class BackendLimits(FrozenModel):
@@ -34,6 +37,13 @@ class BackendLimits(FrozenModel):
     # that just died): with Serve's 5 s, that wait alone took a whole 1 s budget, and the
     # retried login reached the other replica too late (measured: 503 after 1003 ms).
     connect_timeout_ms: int = Field(default=250, ge=10, le=10_000)
+    # How long HAProxy waits for a forwarded login's answer (its `timeout server`) before it
+    # answers 503 itself: the application's budget plus ANSWER_GRACE_MS. A replica answers
+    # within its budget by construction (the deadline falls back), so this only fires where
+    # nothing can answer in time: Serve's proxy, which HAProxy falls back to while it lists
+    # no replica of the application, holds a login until a replica is back (measured in CI,
+    # 2026-11-26: a 503 after 3.0 s). A late answer would be a silent slow one.
+    answer_timeout_ms: int = Field(ge=1, le=20_000)
 
 
 class EdgeConfig(FrozenModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.core.load_meter import LoadMeter
+from app.core.service_time_limit import ServiceTimeLimit
 from app.core.slot_waiters import SlotWaiters
 
 # The body of every refusal for load, whoever gives it: a supervisor's gate, a version
@@ -23,24 +24,49 @@ OVERLOADED_DETAIL = (
     "Retry-After header's seconds"
 )
 
+# On every answer of an ingress replica with an adaptive bound: how many logins may wait at
+# the edge for it (ServiceTimeLimit.queue_room). HAProxy keeps the latest per application
+# and refuses at once past it (app.edge.haproxy_config).
+QUEUE_ROOM_HEADER = "X-Offers-Queue-Room"
+
 # A front proxy's arrival stamp this far in the past (or future) is clock skew or a bad
 # header, not queueing; it is ignored rather than trusted.
 MAX_EDGE_WAIT_S = 60.0
 
 
 class AdmissionGate:
-    """A bound on the logins in flight in one replica (one event loop: no lock needed)."""
+    """A bound on the logins in flight in one replica (one event loop: no lock needed).
 
-    def __init__(self, max_in_flight: int, load: LoadMeter | None = None) -> None:
+    With a `limit`, the bound follows the service time the replica measures (at most
+    `max_in_flight`; app.core.service_time_limit); without, it is `max_in_flight`."""
+
+    def __init__(
+        self,
+        max_in_flight: int,
+        load: LoadMeter | None = None,
+        limit: ServiceTimeLimit | None = None,
+    ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
-        self.max_in_flight = max_in_flight
+        if limit is not None and limit.ceiling != max_in_flight:
+            raise ValueError(f"limit's ceiling {limit.ceiling} is not max_in_flight")
+        self._ceiling = max_in_flight
+        self.limit = limit
         self.in_flight = 0
         self.admitted = 0
         self.refused = 0
         # The replica's load signal (autoscaling): logins held, over the bound.
         self._load = load
         self._waiting = SlotWaiters()
+
+    @property
+    def max_in_flight(self) -> int:
+        """The bound now."""
+        return self.limit.bound if self.limit is not None else self._ceiling
+
+    def queue_room(self) -> int | None:
+        """Logins that may wait at the edge for this replica (None: not measured yet)."""
+        return self.limit.queue_room() if self.limit is not None else None
 
     def try_enter(self) -> bool:
         """Admit a login at once, or refuse it (HTTP logins wait in HAProxy's queue instead,
@@ -76,11 +102,18 @@ class AdmissionGate:
         other login could then share its work (the coalescer's lone-login path)."""
         return self.in_flight <= 1
 
-    def leave(self) -> None:
+    def leave(self, service_s: float | None = None) -> None:
+        """A login admitted here is answered (after `service_s`, when the caller timed it:
+        the adaptive bound learns from it) or abandoned."""
         if self.in_flight <= 0:
             raise RuntimeError("AdmissionGate.leave() without a login it admitted")
+        if self.limit is not None and service_s is not None:
+            self.limit.record(service_s, self.in_flight)
         self.in_flight -= 1
         if self._load is not None:
+            # Utilization is over the bound now: a replica the host holds to a lower bound
+            # is as full at it, and its deployment must scale out, not read it as idle.
+            self._load.capacity = self.max_in_flight
             self._load.exit()
         if self._waiting:
             self._waiting.hand_over(lambda: self.in_flight < self.max_in_flight, self._take)

@@ -36,7 +36,7 @@ class LoadMeter:
     ) -> None:
         if capacity <= 0 or window_s <= 0:
             raise ValueError("capacity and window_s must be positive")
-        self._capacity = capacity
+        self.capacity = capacity
         self._window_s = window_s
         self._clock = clock
         now = clock()
@@ -71,8 +71,8 @@ class LoadMeter:
             t0 = start
         elapsed = now - t0
         if elapsed <= 0:
-            return self._level / self._capacity
-        return (self._area - area0) / elapsed / self._capacity
+            return self._level / self.capacity
+        return (self._area - area0) / elapsed / self.capacity
 
     def _advance(self) -> float:
         now = self._clock()

@@ -16,10 +16,15 @@ the edge needs. This module adds, to the config Serve wrote:
 - `timeout queue` on that application's backend: a login that waited that long is answered
   503 by HAProxy itself, without reaching any Python event loop; and a short `timeout
   connect`, which is also how long HAProxy waits before retrying a replica that just died;
+- `timeout server` of the application's budget + 100 ms: a login nothing answers in time
+  (Serve's proxy holding it while no replica is listed) is refused then, not answered late;
 - a cap on that queue (`http-request deny deny_status 503 if { queue() ge N }`): a login
   that finds N already waiting is answered the same 503 at once. In a burst, one deeper in
   the queue than the slots that free up within `timeout queue` would only wait that long to
   be refused, on a host whose cores are busy with the logins admitted;
+- a second, adaptive cap below it: the room the replicas measure they can drain within the
+  queue's wait (X-Offers-Queue-Room on their answers, app.core.service_time_limit), kept
+  in a process-wide variable per application, times the replicas up (`room_rules`);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
   Serve's `errorfile`, which turns HAProxy's 503 (and 502/504) into a 500;
 - `X-Request-Start: t=<unix µs>` on every request, set when HAProxy has read it, so the
@@ -39,11 +44,30 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.config.edge import BackendLimits, EdgeConfig
-from app.core.admission import OVERLOADED_DETAIL
+from app.core.admission import OVERLOADED_DETAIL, QUEUE_ROOM_HEADER
 
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
 QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
+ROOM_HEADER = QUEUE_ROOM_HEADER.lower()
+
+
+def room_rules(var: str) -> list[str]:
+    """The adaptive queue cap: the room the application's replicas last reported (per
+    replica, X-Offers-Queue-Room), times the replicas HAProxy has up. A login that finds that
+    many waiting is refused at once. Until a replica has reported, the variable is unset,
+    the arithmetic fails, the rule does not match, and the static cap alone applies."""
+    return [
+        f"http-response set-var({var}) res.hdr_val({ROOM_HEADER}) "
+        f"if {{ res.hdr({ROOM_HEADER}) -m found }}",
+        f"http-response del-header {ROOM_HEADER}",
+        "http-request set-var(txn.offers_servers) nbsrv",
+        f"http-request set-var(txn.offers_room) var({var}),mul(txn.offers_servers)",
+        "http-request set-var(txn.offers_over) queue,sub(txn.offers_room)",
+        "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }",
+    ]
+
+
 HTTP_FRONTEND = "frontend http_frontend"
 _SERVER = re.compile(r"^(\s+)server\s+(\S+)\s+(\S+)(.*)$")
 _ERRORFILE = re.compile(r"^(\s+)errorfile\s+(502|503|504)\s+(\S+)\s*$")
@@ -111,6 +135,8 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
     default_file = str(config_dir / "offers-503.http")
     files[default_file] = refusal_response(edge.retry_after_s)
     by_backend = {backend_name(app): limits for app, limits in edge.backends.items()}
+    # A process-wide variable per listed backend (HAProxy's names take no `-`).
+    room_vars = {name: f"proc.offers_room_{i}" for i, name in enumerate(sorted(by_backend))}
     out = [MARKER]
     for header, body in sections:
         out.append(header)
@@ -122,7 +148,7 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
             name = header.split()[1]
             path = str(config_dir / f"offers-503-{name}.http")
             files[path] = refusal_response(by_backend[name].retry_after_s)
-            out += _backend(body, by_backend[name], path)
+            out += _backend(body, by_backend[name], path, room_vars[name])
         else:
             out += body
     return Rewritten("\n".join(out) + "\n", files)
@@ -158,15 +184,20 @@ def _frontend(body: list[str]) -> list[str]:
     return [*body[:at], STAMP_RULE, *body[at:]]
 
 
-def _backend(body: list[str], limits: BackendLimits, errorfile: str) -> list[str]:
+def _backend(body: list[str], limits: BackendLimits, errorfile: str, room_var: str) -> list[str]:
     ours = {
         "timeout queue": f"timeout queue {limits.queue_timeout_ms}ms",
         "timeout connect": f"timeout connect {limits.connect_timeout_ms}ms",
+        "timeout server": f"timeout server {limits.answer_timeout_ms}ms",
         "errorfile 503": f"errorfile 503 {errorfile}",
+        # HAProxy's 504 (`timeout server`) and 502 are this application's refusal too.
+        "errorfile 504": f"errorfile 504 {errorfile}",
+        "errorfile 502": f"errorfile 502 {errorfile}",
     }
     out = [f"    {line}" for line in ours.values()]
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
+    out += [f"    {rule}" for rule in room_rules(room_var)]
     primaries = [
         line for line in body if (m := _SERVER.match(line)) and "backup" not in m.group(4).split()
     ]

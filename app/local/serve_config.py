@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from app.config.app_args import EnsembleAppArgs
-from app.config.edge import EDGE_ENV, BackendLimits, EdgeConfig
+from app.config.edge import ANSWER_GRACE_MS, EDGE_ENV, BackendLimits, EdgeConfig
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
 from app.contract.artifacts import version_dir
@@ -127,6 +127,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
             queue_timeout_ms=args.admission.queue_timeout_ms(args.request_budget_ms),
             max_queued=args.admission.edge_max_queued,
             retry_after_s=math.ceil(args.retry_after_s),
+            answer_timeout_ms=math.ceil(args.request_budget_ms) + ANSWER_GRACE_MS,
         )
     return EdgeConfig(backends=backends)
 

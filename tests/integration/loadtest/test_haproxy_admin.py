@@ -150,7 +150,11 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
     edge = EdgeConfig(
         backends={
             APP: BackendLimits(
-                max_in_flight=1, queue_timeout_ms=QUEUE_TIMEOUT_MS, retry_after_s=3, max_queued=2
+                max_in_flight=1,
+                queue_timeout_ms=QUEUE_TIMEOUT_MS,
+                retry_after_s=3,
+                max_queued=2,
+                answer_timeout_ms=4 * QUEUE_TIMEOUT_MS,  # the held login waits out the queue
             )
         }
     )

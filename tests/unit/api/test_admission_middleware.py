@@ -90,3 +90,25 @@ def test_past_the_bound_the_refusal_goes_out_without_touching_the_slots():
     sent = run(AdmissionMiddleware(answer(b"{}"), gate=gate, retry_after_s=1))
     assert sent == [("http.response.start", 503, 1), ("http.response.body", None, 1)]
     assert (gate.in_flight, gate.refused) == (1, 1)
+
+
+def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
+    from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
+
+    limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5)
+    gate = AdmissionGate(1, limit=limit)
+    headers = []
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            headers.append(dict(message["headers"]).get(b"x-offers-queue-room"))
+
+    middleware = AdmissionMiddleware(answer(b"{}"), gate=gate, retry_after_s=1)
+    for _ in range(MIN_SAMPLES):
+        asyncio.run(middleware(dict(SCOPE), receive, send))
+    # Every login answered was timed; the room comes once there are enough of them.
+    assert headers[:MIN_SAMPLES] == [None] * MIN_SAMPLES
+    gate.try_enter()  # the slot held: the next login is refused, and says the room too
+    asyncio.run(middleware(dict(SCOPE), receive, send))
+    assert headers[-1] is not None and int(headers[-1]) >= 1
+    assert gate.refused == 1

@@ -23,13 +23,22 @@ pytestmark = pytest.mark.unit
 VERSION = "galaxy-raiders-2026-11"
 ROUTER = "galaxy-raiders"
 UNLISTED = "other-game-2026-01"
+ANSWER_TIMEOUT_MS = 1100
 EDGE = EdgeConfig(
     backends={
         VERSION: BackendLimits(
-            max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16
+            max_in_flight=16,
+            queue_timeout_ms=30,
+            retry_after_s=1,
+            max_queued=16,
+            answer_timeout_ms=ANSWER_TIMEOUT_MS,
         ),
         ROUTER: BackendLimits(
-            max_in_flight=32, queue_timeout_ms=40, retry_after_s=2, max_queued=5
+            max_in_flight=32,
+            queue_timeout_ms=40,
+            retry_after_s=2,
+            max_queued=5,
+            answer_timeout_ms=ANSWER_TIMEOUT_MS,
         ),
     },
     retry_after_s=1,
@@ -116,6 +125,9 @@ def test_a_queued_login_times_out_into_the_services_own_503(rendered, tmp_path):
     assert "timeout queue 40ms" in body
     # Also the wait before a retry on a refused connection (a replica that just died).
     assert "timeout connect 250ms" in body
+    # A login nothing answers within budget + 100 ms is refused then, never answered late.
+    assert f"timeout server {ANSWER_TIMEOUT_MS}ms" in body
+    assert {s.split()[1] for s in body if s.startswith("errorfile ")} == {"502", "503", "504"}
     errorfile = next(s.split()[2] for s in body if s.startswith("errorfile 503 "))
     response = result.errorfiles[errorfile]
     head, _, payload = response.partition(b"\r\n\r\n")
@@ -137,6 +149,26 @@ def test_a_login_finding_the_queue_full_is_refused_at_once(rendered, tmp_path):
         assert any(s.startswith("errorfile 503 ") for s in body)
     unlisted = section(out, f"backend {backend_name(UNLISTED)}")
     assert not [s for s in unlisted if s.startswith("http-request")]
+
+
+def test_the_replicas_reported_room_is_a_second_cap_per_application(rendered, tmp_path):
+    out = rewrite(rendered, EDGE, tmp_path).text
+    variables = set()
+    for app in (VERSION, ROUTER):
+        body = section(out, f"backend {backend_name(app)}")
+        static = next(i for i, s in enumerate(body) if s.startswith("http-request deny"))
+        stored = [s for s in body if s.startswith("http-response set-var(proc.")]
+        assert len(stored) == 1 and "res.hdr_val(x-offers-queue-room)" in stored[0]
+        variable = stored[0].split("(")[1].split(")")[0]
+        variables.add(variable)
+        assert "-" not in variable  # HAProxy's variable names take none
+        room = f"http-request set-var(txn.offers_room) var({variable}),mul(txn.offers_servers)"
+        adaptive = "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }"
+        first_server = next(i for i, s in enumerate(body) if s.startswith("server "))
+        assert static < body.index(room) < body.index(adaptive) < first_server
+        # The header is the edge's business: the caller never sees it.
+        assert "http-response del-header x-offers-queue-room" in body
+    assert len(variables) == 2, "each application keeps its own room"
 
 
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):

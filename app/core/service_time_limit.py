@@ -1,0 +1,114 @@
+"""How many logins one replica takes on, and how many may wait for it, from its own timings.
+
+A fixed bound is right on one host only. The same 16 logins in flight that a fast host
+answers in 150 ms keep a host three times slower past half its budget, and a fixed edge
+queue of 16 that drains in 100 ms there takes 300 ms or more here, so the logins at its end
+wait out the queue's timeout only to be refused. So the replica measures what each login it
+admitted took (admission to the answer's last byte) and derives both numbers from that:
+
+- **the in-flight bound**, AIMD on latency: while logins are answered within the service
+  share of the budget, a bound that was reached grows by one per bound's worth of logins;
+  once the p90 of the logins answered since the last cut runs past it, the bound is cut by
+  a quarter, at most once per bound's worth of logins. It stays within [1, ceiling]; the ceiling is
+  `admission.max_in_flight`, which HAProxy also holds as each replica's maxconn;
+- **the edge queue's room**, Little's law: this replica answers bound / mean service time
+  logins per second, so the queue drains `room = rate x wait x QUEUE_FILL` logins within the
+  wait the edge allows (its `timeout queue`). HAProxy reads it from each answer's
+  `X-Offers-Queue-Room` header (app.edge) and refuses a login at once when the queue holds
+  that many per live replica; until a replica has measured `MIN_SAMPLES` logins it sends
+  none, and HAProxy's static cap (`admission.edge_max_queued`) is the only bound.
+
+The service share is the budget left after the edge queue's allowance: a login may wait up
+to `queue_wait_s` and must still be answered within the budget. Nothing here is a host
+constant; the two fractions below are shares of the login's own budget and queue wait.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+
+# The queue is sized to drain in this share of the wait it allows: waits vary with the
+# logins ahead (a burst's first ones are slower), and one that waited the whole allowance
+# would only be refused.
+QUEUE_FILL = 0.5
+# The bound is cut to this share of itself when the recent service time runs past target.
+DECREASE = 0.75
+MIN_SAMPLES = 8
+WINDOW = 64
+
+
+class ServiceTimeLimit:
+    def __init__(
+        self,
+        *,
+        ceiling: int,
+        budget_s: float,
+        queue_wait_s: float,
+        window: int = WINDOW,
+    ) -> None:
+        if ceiling < 1:
+            raise ValueError(f"ceiling must be at least 1, got {ceiling}")
+        if window < MIN_SAMPLES:
+            raise ValueError(f"window must hold at least {MIN_SAMPLES} samples, got {window}")
+        self.ceiling = ceiling
+        self._limit = float(ceiling)
+        self._samples: deque[float] = deque(maxlen=window)
+        self._held: deque[int] = deque(maxlen=window)  # logins in flight as each left
+        self._since_cut = 0
+        self.retarget(budget_s, queue_wait_s)
+
+    def retarget(self, budget_s: float, queue_wait_s: float) -> None:
+        """A live budget change (the supervisor's knobs)."""
+        if budget_s <= 0 or not 0 <= queue_wait_s < budget_s:
+            raise ValueError(f"need 0 <= queue wait ({queue_wait_s}) < budget ({budget_s})")
+        self.budget_s = budget_s
+        self.queue_wait_s = queue_wait_s
+        # What a login may take here: the budget less the longest the edge lets it wait.
+        self.target_s = budget_s - queue_wait_s
+
+    @property
+    def bound(self) -> int:
+        return max(1, min(self.ceiling, math.floor(self._limit)))
+
+    def record(self, service_s: float, in_flight: int) -> None:
+        """One admitted login answered after `service_s`; `in_flight` were held as it
+        left (itself included): the bound was binding if that reached it."""
+        service_s = max(service_s, 0.0)
+        self._samples.append(service_s)
+        self._held.append(in_flight)
+        self._since_cut += 1
+        # One cut per bound's worth of logins answered since the last (about one round of
+        # the logins it let in), judged on those logins only: the ones before it ran under
+        # the old bound. And only when they were held together: logins answered one at a
+        # time are late for a reason no bound sheds (a member past its deadline), and
+        # cutting would only refuse logins that cost this replica nothing to hold.
+        fresh = min(self._since_cut, len(self._samples))
+        if (
+            fresh >= max(MIN_SAMPLES, self.bound)
+            and self.p90_s(fresh) > self.target_s
+            and statistics.fmean(list(self._held)[-fresh:]) > 1.0
+        ):
+            self._limit = max(1.0, self._limit * DECREASE)
+            self._since_cut = 0
+        elif service_s <= self.target_s and in_flight >= self.bound:
+            self._limit = min(float(self.ceiling), self._limit + 1.0 / self._limit)
+
+    def p90_s(self, last: int | None = None) -> float:
+        """The 90th percentile of the last `last` service times (all of the window's)."""
+        recent = list(self._samples)[-last:] if last else list(self._samples)
+        if not recent:
+            return 0.0
+        ordered = sorted(recent)
+        return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
+
+    def queue_room(self) -> int | None:
+        """Logins that may wait at the edge for this replica, or None before it measured."""
+        if len(self._samples) < MIN_SAMPLES:
+            return None
+        mean_s = statistics.fmean(self._samples)
+        if mean_s <= 0:
+            return None
+        rate = self.bound / mean_s
+        return max(1, math.floor(rate * self.queue_wait_s * QUEUE_FILL))
