@@ -87,13 +87,13 @@ class Shot:
 PlayerPicker = Callable[[int], str]
 
 
-def random_players(players: int, seed: int = 7) -> PlayerPicker:
-    """Seeded players of the population (p0000000 ...), some unknown ones mixed in as in life."""
+def random_players(players: int, seed: int = 7, unknown_share: float = 0.02) -> PlayerPicker:
+    """Seeded players of the population (p0000000 ...), some unknown ones mixed in as in life
+    (by default ~2% logins of players the table does not hold: new installs)."""
     rng = random.Random(seed)
 
     def pick(_i: int) -> str:
-        # ~2% logins of players the table does not hold (new installs).
-        if rng.random() < 0.02:
+        if unknown_share and rng.random() < unknown_share:
             return f"new{rng.randrange(10**6):06d}"
         return f"p{rng.randrange(players):07d}"
 

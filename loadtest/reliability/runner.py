@@ -23,6 +23,16 @@ game's router, the others through the first version's own route:
   version_down            every supervisor of the first version SIGKILLed while its players
                           log in through the game route; records when its own route is
                           healthy again and when its players are back on it
+  version_down_direct     the same kill with the logins on the version's own route: each
+                          must be a fast 503 (or a flagged fallback) until it serves again;
+                          records when HAProxy had the replaced replicas up
+  restart_time            one supervisor SIGKILLed, and once HAProxy has its replacement
+                          up, every one of them: the seconds to each way back
+  slow_host_Nx[_burst_200|_burst_1000|_hot_player_100]
+                          N = 2, 3: steady load, bursts and a hot player with (N - 1) x cores
+                          CPU-bound neighbour processes on the host (harness: host_faults)
+  tier_outage_fresh       DynamoDB paused (SIGSTOP) for STORE_PAUSED_S under logins of seeded
+                          players: on a fresh `make run`, the tier share while it is out
   dynamodb_slow           +800 ms on every DynamoDB call for DYNAMO_SLOW_S (cluster only)
   dynalite_crash          a client aborts mid-request, which kills dynalite 4.0.0; its
                           supervision restarts it with its data (cluster only)

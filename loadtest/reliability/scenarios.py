@@ -34,6 +34,14 @@ from loadtest.harness.open_loop import (
 )
 from loadtest.harness.results import study_log
 from loadtest.reliability.faults import DelayProxyProcess, abort_mid_request, replica_pids
+from loadtest.reliability.host_faults import (
+    cpu_neighbours,
+    listening_pid,
+    neighbours_for,
+    pause_for,
+    running_replicas,
+    seconds_until_replaced,
+)
 from loadtest.reliability.report import plot
 from loadtest.reliability.targets import Target
 from models.population import player_id
@@ -45,6 +53,8 @@ SLACK_MS = 100.0  # the issue's target: every accepted answer within budget + 10
 HOT_CLIENTS = (50, 100)
 BURSTS = (200, 500, 1000)
 HEALTH_WATCH_S = 60.0  # version_down: how long to wait for the version's route to answer
+SLOWDOWNS = (2, 3)  # slow_host_<n>x: the service gets 1/n of the cores it wants
+STORE_PAUSED_S = 12.0  # tier_outage_fresh: how long DynamoDB answers nothing
 
 log = study_log("reliability")
 
@@ -62,6 +72,8 @@ class Scenario:
     fault: Callable[[], str] | None = None  # acts, returns what it did
     notes: dict[str, Any] = field(default_factory=dict)
     route: str = "version"  # which of Target.routes the logins go to
+    # CPU-bound neighbour processes on the host for the whole run (slow_host_*).
+    neighbours: int = 0
 
 
 def back_on_version_after_s(shots: list[Shot], fault_at: float, version: str) -> float | None:
@@ -115,6 +127,8 @@ def client_floor(port: int, n: int, client_loop: str = "asyncio") -> float | Non
 
 def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
     players = random_players(args.players)
+    # Seeded players only: whether each has a precomputed offer is the tier's question.
+    known_players = random_players(args.players, unknown_share=0.0)
     hot = player_id(7)
     canary = target.canary_players
 
@@ -182,9 +196,103 @@ def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
             route="game",
         ),
     ]
+    scenarios += version_restarts(args, target, steady)
+    for slowdown in SLOWDOWNS:
+        busy = neighbours_for(slowdown)
+        tag = f"slow_host_{slowdown}x"
+        scenarios += [
+            Scenario(tag, steady, neighbours=busy),
+            *(
+                Scenario(
+                    f"{tag}_burst_{n}",
+                    lambda c, n=n: open_loop(c, burst(n), players),
+                    neighbours=busy,
+                )
+                for n in (200, 1000)
+            ),
+            Scenario(
+                f"{tag}_hot_player_100",
+                lambda c: closed_loop(c, 100, min(args.seconds, 20), one_player(hot)),
+                notes={"player": hot},
+                neighbours=busy,
+            ),
+        ]
+    scenarios.append(
+        Scenario(
+            "tier_outage_fresh",
+            lambda c: open_loop(c, constant_rate(args.rate, args.seconds), known_players),
+            store_paused(target),
+            notes={"tier_after_fault": True},
+        )
+    )
     if target.cluster is not None and target.proxy is not None and target.dynalite is not None:
         scenarios += cluster_faults(steady, target.cluster, target.dynalite, target.proxy)
     return scenarios
+
+
+def version_restarts(
+    args: argparse.Namespace, target: Target, steady: Callable[[Caller], Any]
+) -> list[Scenario]:
+    """Every supervisor of the version killed under logins on its own route
+    (`version_down_direct`), and the way back of one, then of all of them (`restart_time`),
+    timed where callers see it: HAProxy taking the new replicas."""
+    backend = target.backends["version"]
+
+    def admin() -> HAProxyAdmin:
+        return HAProxyAdmin.listening_on(target.port)
+
+    def kill_and_time(every: bool, timings: dict[str, Any], key: str) -> str:
+        pids = replica_pids(target.version_app, "supervisor", target.cluster)
+        if not pids:
+            raise FaultNotApplied(f"no supervisor replica to kill in {target.version_app}")
+        before = running_replicas(admin(), backend)
+        victims = pids if every else pids[:1]
+        killed_at = time.monotonic()
+        for pid in victims:
+            psutil.Process(pid).send_signal(signal.SIGKILL)
+        timings[key] = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
+        return f"SIGKILL {len(victims)} of {len(pids)} supervisors (pids {victims})"
+
+    direct: dict[str, Any] = {}
+    restarts: dict[str, Any] = {}
+
+    def down() -> str:
+        return kill_and_time(True, direct, "replaced_after_s")
+
+    def one_then_all() -> str:
+        first = kill_and_time(False, restarts, "one_replaced_after_s")
+        restarts["all_killed_at_s"] = round(FAULT_AT_S + (restarts["one_replaced_after_s"] or 0), 2)
+        second = kill_and_time(True, restarts, "all_replaced_after_s")
+        return f"{first}; once replaced, {second}"
+
+    return [
+        Scenario("version_down_direct", steady, down, notes={"restarts": direct}),
+        Scenario(
+            "restart_time",
+            lambda c: open_loop(
+                c, constant_rate(args.rate, 2 * args.seconds), random_players(args.players)
+            ),
+            one_then_all,
+            notes={"restarts": restarts},
+        ),
+    ]
+
+
+def store_paused(target: Target) -> Callable[[], str]:
+    """DynamoDB stops answering (SIGSTOP) for STORE_PAUSED_S: on a fresh `make run`, the
+    precomputed tier make run built in the background is all there is for known players."""
+
+    def act() -> str:
+        if target.dynalite is not None:
+            pid: int | None = target.dynalite.pid
+        else:
+            pid = listening_pid(target.store_port) if target.store_port else None
+        if pid is None:
+            raise FaultNotApplied(f"nothing listens on the DynamoDB port {target.store_port}")
+        pause_for(pid, STORE_PAUSED_S)
+        return f"SIGSTOP dynalite pid {pid} for {STORE_PAUSED_S:.0f} s"
+
+    return act
 
 
 def watch_version_health(target: Target, seen: dict[str, float | None]) -> None:
@@ -210,6 +318,12 @@ def watch_version_health(target: Target, seen: dict[str, float | None]) -> None:
             time.sleep(0.1)
 
     threading.Thread(target=poll, daemon=True, name="version-health").start()
+
+
+def tier_share(shots: list[Shot]) -> dict[str, float]:
+    """Share of the 200s per tier (online, precomputed, default)."""
+    ok = [s.tier for s in shots if s.status == 200]
+    return {t: round(ok.count(t) / len(ok), 4) for t in sorted({str(t) for t in ok})} if ok else {}
 
 
 def answered_by(shots: list[Shot]) -> dict[str, int]:
@@ -305,11 +419,16 @@ def run_scenario(
     reads = proxy.calls() if proxy is not None and counted else None
     edge = edge_reader(target, scenario.route)
     before = edge()
-    shots = run_client(drive(), client_loop)
+    with cpu_neighbours(scenario.neighbours) as busy:
+        if busy:
+            log(f"{scenario.name}: {len(busy)} CPU-bound neighbours (pids {busy})")
+        shots = run_client(drive(), client_loop)
     after = edge()
     if reads is not None and proxy is not None:
         reads = proxy.calls() - reads
     summary = {"route": target.routes[scenario.route], **summarize(shots)}
+    if scenario.neighbours:
+        summary["cpu_neighbours"] = scenario.neighbours
     # Who refused at the ingress (loadtest.harness.haproxy_admin.Refusals), null when
     # unreadable or when another HAProxy process answered afterwards (Serve replaced it).
     summary["edge_refusals"] = (
@@ -343,6 +462,16 @@ def run_scenario(
             back = summary.get("back_on_version_after_s")
             if back is not None and value.get("after_s") is not None:
                 summary["back_after_healthy_s"] = round(back - value["after_s"], 2)
+        elif key == "restarts":
+            summary.update(value)
+            if "all_killed_at_s" in value:
+                summary["all_personalized_again_after_s"] = recovered_after_s(
+                    shots, value["all_killed_at_s"]
+                )
+        elif key == "tier_after_fault":
+            summary["tier_share_after_fault"] = tier_share(
+                [s for s in shots if FAULT_AT_S + 1 <= s.sent_s <= FAULT_AT_S + STORE_PAUSED_S]
+            )
         elif key == "offered_per_s":
             sent = [s.sent_s for s in shots]
             summary["offered_per_s"] = value

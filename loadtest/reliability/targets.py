@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import yaml
@@ -36,6 +37,8 @@ class Target:
     canary_players: list[str]  # players the game's split sends to that version
     # HAProxy's backend for each route (Serve's `http-<application>`): who refused there.
     backends: dict[str, str] = field(default_factory=dict)
+    # The DynamoDB endpoint's port on this host (tier_outage_fresh pauses what listens there).
+    store_port: int | None = None
     cluster: LocalCluster | None = None
     dynalite: Dynalite | None = None
     proxy: DelayProxyProcess | None = None
@@ -64,8 +67,10 @@ def make_target(args: argparse.Namespace, app: Any, **faults: Any) -> Target:
     knobs = RouterAppArgs.model_validate(router["args"]).knobs()
     split = VersionSplit(app.args.game, list(knobs.weights), knobs.weights)
     players = (player_id(i) for i in range(args.players))
+    endpoint = urlsplit(str(app.settings.dynamodb_endpoint_url or ""))
     return Target(
         port=PORT,
+        store_port=endpoint.port,
         game=app.args.game,
         routes={"version": app.route_prefix, "game": router.get("route_prefix", "/")},
         backends={"version": f"http-{app.name}", "game": f"http-{router['name']}"},
