@@ -236,7 +236,7 @@ def version_restarts(
     """Every supervisor of the version killed under logins on its own route
     (`version_down_direct`), and the way back of one, then of all of them (`restart_time`),
     timed where callers see it: HAProxy taking the new replicas."""
-    backend = target.backends["version"]
+    backend = target.backends.get("version", "")
 
     def admin() -> HAProxyAdmin:
         return HAProxyAdmin.listening_on(target.port)
