@@ -77,3 +77,78 @@ def table(report: dict[str, Any]) -> str:
             f"| {s.get('recovered_after_s', '-')} |"
         )
     return "\n".join(lines)
+
+
+REFUSAL_MARGIN_MS = 50.0  # the target: refusal p99 within the client floor + 50 ms
+RESTART_TARGET_S = 5.0
+PRECOMPUTED_TARGET = 0.95
+
+
+def floor_for(name: str, floors: dict[str, float | None]) -> float | None:
+    """The client floor a scenario's refusals are held to: its burst's size, else the
+    smallest burst's (every other scenario refuses a few logins at a time)."""
+    for key, value in floors.items():
+        if name.endswith(key) or f"{key}_" in name:
+            return value
+    return min((v for v in floors.values() if v is not None), default=None)
+
+
+def target_rows(report: dict[str, Any]) -> str:
+    """One row per scenario against the targets: 0 unanswered, 0 x 5xx other than 503,
+    0 accepted over budget + 100 ms, refusal p99 within the client floor + 50 ms, and the
+    scenario's own (a version back in 5 s, the precomputed tier's share)."""
+    floors = report.get("client_floor_p99_ms", {})
+    lines = [
+        "| scenario | unanswered | 5xx (not 503) | accepted > budget+100 | refusal p99 / floor "
+        "(ms) | own figures | met |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, s in report["scenarios"].items():
+        floor = floor_for(name, floors)
+        refusal = s.get("refusal_p99_ms")
+        misses = []
+        if s["no_answer"]:
+            misses.append("unanswered")
+        if s["http_5xx_non503"]:
+            misses.append("5xx")
+        if s["over_budget_plus_100ms"]:
+            misses.append("over budget")
+        if refusal is not None and floor is not None and refusal > floor + REFUSAL_MARGIN_MS:
+            misses.append("refusal p99")
+        own, own_misses = own_figures(name, s)
+        misses += own_misses
+        shown = f"{name} (fault not applied)" if s.get("fault_applied") is False else name
+        floor_text = f"{floor:.0f}" if floor is not None else "-"
+        lines.append(
+            f"| {shown} | {s['no_answer']} | {s['http_5xx_non503']} "
+            f"| {s['over_budget_plus_100ms']} "
+            f"| {refusal if refusal is not None else '-'} / {floor_text} | {own or '-'} "
+            f"| {'yes' if not misses else 'no: ' + ', '.join(misses)} |"
+        )
+    return "\n".join(lines)
+
+
+def own_figures(name: str, s: dict[str, Any]) -> tuple[str, list[str]]:
+    figures: list[str] = []
+    misses: list[str] = []
+
+    def seconds(label: str, value: float | None, limit: float | None = None) -> None:
+        figures.append(f"{label} {value if value is not None else 'never'} s")
+        if limit is not None and (value is None or value > limit):
+            misses.append(label)
+
+    if name == "version_down_direct":
+        seconds("replaced at HAProxy", s.get("replaced_after_s"))
+        seconds("personalized again", s.get("recovered_after_s"), RESTART_TARGET_S)
+    elif name == "restart_time":
+        seconds("one replaced", s.get("one_replaced_after_s"), RESTART_TARGET_S)
+        seconds("all replaced", s.get("all_replaced_after_s"))
+        seconds("personalized again after all", s.get("all_personalized_again_after_s"))
+    elif name == "tier_outage_fresh":
+        share = s.get("tier_share_after_fault", {}).get("precomputed", 0.0)
+        figures.append(f"precomputed {share:.3f} while DynamoDB is out")
+        if share < PRECOMPUTED_TARGET:
+            misses.append("precomputed share")
+    elif s.get("cpu_neighbours"):
+        figures.append(f"{s['cpu_neighbours']} CPU-bound neighbours")
+    return "; ".join(figures), misses

@@ -68,7 +68,7 @@ from loadtest.harness.open_loop import CLIENT_LOOPS
 from loadtest.harness.results import parse_study_args, results_folder, run_study, study_parser
 from loadtest.harness.systems import BIN, dynamo_env
 from loadtest.reliability.faults import DelayProxyProcess
-from loadtest.reliability.report import table
+from loadtest.reliability.report import table, target_rows
 from loadtest.reliability.scenarios import (
     BURSTS,
     DYNAMO_DELAY_MS,
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> Path:
         with_cluster(args, app, report, folder)
     (folder / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n" + table(report) + "\n")
+    print(target_rows(report) + "\n")
     log(f"report: {folder / 'reliability.json'}")
     return folder
 

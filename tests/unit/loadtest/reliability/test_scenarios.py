@@ -67,6 +67,10 @@ def test_local_target_runs_every_scenario_it_can_inject_on_both_routes():
         assert scenarios[name].route == "version"
         assert scenarios[f"{name}_game"].route == "game"
     assert scenarios["version_down"].route == "game" and scenarios["version_down"].fault
+    # The new ones run locally too: the version's own route, and the host's faults.
+    assert scenarios["version_down_direct"].route == "version"
+    assert scenarios["restart_time"].fault and scenarios["tier_outage_fresh"].fault
+    assert scenarios["slow_host_3x_burst_1000"].neighbours > scenarios["slow_host_2x"].neighbours
     # The delay proxy, dynalite's supervision and a second node are the cluster's only.
     assert not {"dynamodb_slow", "dynalite_crash", "worker_node_lost"} & scenarios.keys()
 

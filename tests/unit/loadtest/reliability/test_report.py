@@ -1,0 +1,53 @@
+"""The target rows of a reliability run: each scenario held to the issue's targets, a miss
+named, and the floor a refusal is held to taken from its own burst."""
+
+import pytest
+
+from loadtest.reliability.report import floor_for, target_rows
+
+pytestmark = pytest.mark.unit
+
+FLOORS = {"burst_200": 100.0, "burst_500": 250.0, "burst_1000": 450.0}
+
+
+def row(**changes):
+    base = {
+        "no_answer": 0,
+        "http_5xx_non503": 0,
+        "over_budget_plus_100ms": 0,
+        "refusal_p99_ms": None,
+    }
+    return {**base, **changes}
+
+
+def test_a_burst_is_held_to_its_own_floor_and_the_rest_to_the_smallest():
+    assert floor_for("burst_1000", FLOORS) == 450.0
+    assert floor_for("burst_200_game", FLOORS) == 100.0
+    assert floor_for("slow_host_3x_burst_1000", FLOORS) == 450.0
+    assert floor_for("hot_player_100", FLOORS) == 100.0
+
+
+def test_each_miss_is_named_and_a_clean_row_is_met():
+    report = {
+        "client_floor_p99_ms": FLOORS,
+        "scenarios": {
+            "burst_1000": row(refusal_p99_ms=499.0),
+            "slow_host_3x_burst_1000": row(refusal_p99_ms=501.0, cpu_neighbours=4),
+            "steady": row(no_answer=1, over_budget_plus_100ms=3),
+            "version_down_direct": row(replaced_after_s=3.1, recovered_after_s=6.2),
+            "restart_time": row(
+                one_replaced_after_s=2.0,
+                all_replaced_after_s=4.0,
+                all_personalized_again_after_s=4.5,
+            ),
+            "tier_outage_fresh": row(tier_share_after_fault={"precomputed": 0.94}),
+        },
+    }
+    lines = {line.split(" | ")[0][2:]: line for line in target_rows(report).splitlines()[2:]}
+    assert lines["burst_1000"].endswith("| yes |")
+    assert lines["slow_host_3x_burst_1000"].endswith("| no: refusal p99 |")
+    assert "4 CPU-bound neighbours" in lines["slow_host_3x_burst_1000"]
+    assert lines["steady"].endswith("| no: unanswered, over budget |")
+    assert lines["version_down_direct"].endswith("| no: personalized again |")
+    assert lines["restart_time"].endswith("| yes |")
+    assert lines["tier_outage_fresh"].endswith("| no: precomputed share |")
