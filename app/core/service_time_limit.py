@@ -8,8 +8,11 @@ admitted took (admission to the answer's last byte) and derives both numbers fro
 
 - **the in-flight bound**, AIMD on latency: while logins are answered within the service
   share of the budget, a bound that was reached grows by one per bound's worth of logins;
-  once the p90 of the logins answered since the last cut runs past it, the bound is cut by
-  a quarter, at most once per bound's worth of logins. It stays within [1, ceiling]; the ceiling is
+  once the p90 of the logins answered since the last cut runs past it *and* the replica's
+  event loop runs late (app.core.loop_lag: more than LAG_SHARE of that share), the bound is
+  cut by a quarter, at most once per bound's worth of logins. Logins late while the loop
+  idles wait on something else (a member past its deadline): fewer of them would shed
+  nothing, only refuse; It stays within [1, ceiling]; the ceiling is
   `admission.max_in_flight`, which HAProxy also holds as each replica's maxconn;
 - **the edge queue's room**, Little's law: this replica answers bound / mean service time
   logins per second, so the queue drains `room = rate x wait x QUEUE_FILL` logins within the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
+from collections.abc import Callable
 
 # The queue is sized to drain in this share of the wait it allows: waits vary with the
 # logins ahead (a burst's first ones are slower), and one that waited the whole allowance
@@ -37,6 +41,9 @@ QUEUE_FILL = 0.5
 DECREASE = 0.75
 MIN_SAMPLES = 8
 WINDOW = 64
+# The loop is saturated when its median lag is this share of the login's service share
+# (25 ms of 500 ms): a loop that keeps up wakes within a few ms, whatever the host.
+LAG_SHARE = 0.05
 
 
 class ServiceTimeLimit:
@@ -46,6 +53,7 @@ class ServiceTimeLimit:
         ceiling: int,
         budget_s: float,
         queue_wait_s: float,
+        loop_lag_s: Callable[[], float],
         window: int = WINDOW,
     ) -> None:
         if ceiling < 1:
@@ -53,9 +61,9 @@ class ServiceTimeLimit:
         if window < MIN_SAMPLES:
             raise ValueError(f"window must hold at least {MIN_SAMPLES} samples, got {window}")
         self.ceiling = ceiling
+        self._loop_lag_s = loop_lag_s
         self._limit = float(ceiling)
         self._samples: deque[float] = deque(maxlen=window)
-        self._held: deque[int] = deque(maxlen=window)  # logins in flight as each left
         self._since_cut = 0
         self.retarget(budget_s, queue_wait_s)
 
@@ -77,23 +85,23 @@ class ServiceTimeLimit:
         left (itself included): the bound was binding if that reached it."""
         service_s = max(service_s, 0.0)
         self._samples.append(service_s)
-        self._held.append(in_flight)
         self._since_cut += 1
         # One cut per bound's worth of logins answered since the last (about one round of
         # the logins it let in), judged on those logins only: the ones before it ran under
-        # the old bound. And only when they were held together: logins answered one at a
-        # time are late for a reason no bound sheds (a member past its deadline), and
-        # cutting would only refuse logins that cost this replica nothing to hold.
+        # the old bound. And only while the loop runs late (the module docstring).
         fresh = min(self._since_cut, len(self._samples))
         if (
             fresh >= max(MIN_SAMPLES, self.bound)
             and self.p90_s(fresh) > self.target_s
-            and statistics.fmean(list(self._held)[-fresh:]) > 1.0
+            and self.saturated()
         ):
             self._limit = max(1.0, self._limit * DECREASE)
             self._since_cut = 0
         elif service_s <= self.target_s and in_flight >= self.bound:
             self._limit = min(float(self.ceiling), self._limit + 1.0 / self._limit)
+
+    def saturated(self) -> bool:
+        return self._loop_lag_s() > LAG_SHARE * self.target_s
 
     def p90_s(self, last: int | None = None) -> float:
         """The 90th percentile of the last `last` service times (all of the window's)."""

@@ -27,6 +27,7 @@ from app.core.admission import AdmissionGate
 from app.core.coalescing import CoalescingScorer
 from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
 from app.core.load_meter import LoadMeter
+from app.core.loop_lag import LoopLag
 from app.core.offer_service import OfferService
 from app.core.precomputed import PrecomputedOffers, PrecomputedTier
 from app.core.service_time_limit import ServiceTimeLimit
@@ -193,11 +194,15 @@ class Supervisor:
         # Logins held over the admission bound: what this deployment autoscales on.
         self._load = LoadMeter(config.max_in_flight)
         self._idle = IdleCpu()
+        # Its own loop's lag tells overload from waiting (app.core.loop_lag).
+        self._loop_lag = LoopLag()
+        self._loop_lag_task = asyncio.get_running_loop().create_task(self._loop_lag.run())
         self._limit = (
             ServiceTimeLimit(
                 ceiling=config.max_in_flight,
                 budget_s=baseline.request_budget_ms / 1000.0,
                 queue_wait_s=_queue_wait_s(baseline.request_budget_ms, config.queue_timeout_ms),
+                loop_lag_s=self._loop_lag.recent_s,
             )
             if config.adaptive_admission
             else None

@@ -95,7 +95,9 @@ def test_past_the_bound_the_refusal_goes_out_without_touching_the_slots():
 def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
     from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
 
-    limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5)
+    limit = ServiceTimeLimit(
+        ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0
+    )
     gate = AdmissionGate(1, limit=limit)
     headers = []
 

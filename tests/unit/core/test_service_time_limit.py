@@ -17,8 +17,19 @@ QUEUE_WAIT_S = 0.5  # the default edge queue timeout: half the budget
 CEILING = 16
 
 
-def limit() -> ServiceTimeLimit:
-    return ServiceTimeLimit(ceiling=CEILING, budget_s=BUDGET_S, queue_wait_s=QUEUE_WAIT_S)
+class Loop:
+    """The replica's loop lag, as the test sets it: 0.1 s is a saturated loop."""
+
+    lag_s = 0.1
+
+    def __call__(self) -> float:
+        return self.lag_s
+
+
+def limit(loop: Loop | None = None) -> ServiceTimeLimit:
+    return ServiceTimeLimit(
+        ceiling=CEILING, budget_s=BUDGET_S, queue_wait_s=QUEUE_WAIT_S, loop_lag_s=loop or Loop()
+    )
 
 
 def run(lim: ServiceTimeLimit, logins: int, service_s: float) -> None:
@@ -127,10 +138,42 @@ def test_the_gate_holds_the_measured_bound_and_autoscales_on_it():
         AdmissionGate(CEILING - 1, limit=limit())
 
 
-def test_logins_late_one_at_a_time_do_not_cut_the_bound():
-    """A member past its deadline makes every login late: answered one at a time, a lower
-    bound would shed nothing, only refuse."""
-    lim = limit()
-    for _ in range(500):
-        lim.record(0.95, in_flight=1)
+def test_the_loop_lag_is_the_median_of_the_last_seconds_ticks():
+    import asyncio
+    import time
+
+    from app.core.loop_lag import TICKS, LoopLag
+
+    lag = LoopLag()
+    assert lag.recent_s() == 0.0
+    for value in [0.001] * (TICKS - 5) + [0.5] * 5:  # a few slow ticks: not saturated
+        lag.record(value)
+    assert lag.recent_s() == 0.001
+    for value in [0.2] * TICKS:
+        lag.record(value)
+    assert lag.recent_s() == 0.2
+
+    async def blocked() -> float:
+        ticker = LoopLag(interval_s=0.01)
+        task = asyncio.create_task(ticker.run())
+        await asyncio.sleep(0)
+        for _ in range(20):
+            time.sleep(0.03)  # the loop held 30 ms at a time: each 10 ms tick wakes late
+            await asyncio.sleep(0)
+        task.cancel()
+        return ticker.recent_s()
+
+    assert asyncio.run(blocked()) > 0.01
+
+
+def test_logins_late_while_the_loop_idles_do_not_cut_the_bound():
+    """A member past its deadline makes every login late while the replica's loop idles,
+    waiting: a lower bound would shed nothing, only refuse."""
+    loop = Loop()
+    loop.lag_s = 0.002
+    lim = limit(loop)
+    run(lim, 500, 0.95)
     assert lim.bound == CEILING
+    loop.lag_s = 0.1  # the same lateness with the loop behind: the replica is the limit
+    run(lim, CEILING, 0.95)
+    assert lim.bound < CEILING
