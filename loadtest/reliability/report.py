@@ -95,15 +95,19 @@ def floor_for(name: str, floors: dict[str, float | None]) -> float | None:
 
 def target_rows(report: dict[str, Any]) -> str:
     """One row per scenario against the targets: 0 unanswered, 0 x 5xx other than 503,
-    0 accepted over budget + 100 ms, refusal p99 within the client floor + 50 ms, and the
-    scenario's own (a version back in 5 s, the precomputed tier's share)."""
-    floors = report.get("client_floor_p99_ms", {})
+    0 accepted over budget + 100 ms, refusal p99 within the client floor + 50 ms (for a
+    slow_host scenario, the floor with its neighbours running), and the scenario's own (a
+    version back in 5 s, the precomputed tier's share)."""
+    slow = report.get("client_floor_p99_ms_slow_host", {})
     lines = [
         "| scenario | unanswered | 5xx (not 503) | accepted > budget+100 | refusal p99 / floor "
         "(ms) | own figures | met |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, s in report["scenarios"].items():
+        # A slow host's scenario is held to the floor measured with the same neighbours.
+        host = next((key for key in slow if name.startswith(key)), None)
+        floors = slow[host] if host else report.get("client_floor_p99_ms", {})
         floor = floor_for(name, floors)
         refusal = s.get("refusal_p99_ms")
         misses = []

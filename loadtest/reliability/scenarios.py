@@ -125,6 +125,20 @@ def client_floor(port: int, n: int, client_loop: str = "asyncio") -> float | Non
     return percentile(run_client(run(), client_loop), 99)
 
 
+def client_floors(port: int, client_loop: str = "asyncio") -> dict[str, dict[str, float | None]]:
+    """The client floor of each burst size on this host as it is (`host`), and with each
+    slow_host scenario's neighbours running: they slow this client as much as the service,
+    and a refusal can be no faster than the client sees HAProxy's own answer."""
+    floors = {"host": {f"burst_{n}": client_floor(port, n, client_loop) for n in BURSTS}}
+    for slowdown in SLOWDOWNS:
+        with cpu_neighbours(neighbours_for(slowdown)):
+            time.sleep(1)  # the neighbours running before the first send
+            floors[f"slow_host_{slowdown}x"] = {
+                f"burst_{n}": client_floor(port, n, client_loop) for n in BURSTS
+            }
+    return floors
+
+
 def build_scenarios(args: argparse.Namespace, target: Target) -> list[Scenario]:
     players = random_players(args.players)
     # Seeded players only: whether each has a precomputed offer is the tier's question.

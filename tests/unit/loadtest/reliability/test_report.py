@@ -41,10 +41,14 @@ def test_each_miss_is_named_and_a_clean_row_is_met():
                 all_personalized_again_after_s=4.5,
             ),
             "tier_outage_fresh": row(tier_share_after_fault={"precomputed": 0.94}),
+            "slow_host_2x_burst_1000": row(refusal_p99_ms=600.0),
         },
+        # The floor with the slow host's neighbours running: its client is slower too.
+        "client_floor_p99_ms_slow_host": {"slow_host_2x": {**FLOORS, "burst_1000": 560.0}},
     }
     lines = {line.split(" | ")[0][2:]: line for line in target_rows(report).splitlines()[2:]}
     assert lines["burst_1000"].endswith("| yes |")
+    assert lines["slow_host_2x_burst_1000"].endswith("| yes |")  # 600 against 560 + 50
     assert lines["slow_host_3x_burst_1000"].endswith("| no: refusal p99 |")
     assert "4 CPU-bound neighbours" in lines["slow_host_3x_burst_1000"]
     assert lines["steady"].endswith("| no: unanswered, over budget |")
