@@ -359,6 +359,13 @@ class EnsembleAppArgs(StrictModel):
     artifacts_root: Path | None = Field(
         default=None, description="folder holding <profile>/<game>/<version>; default from settings"
     )
+    artifacts: str | None = Field(
+        default=None,
+        pattern=r"^s3://[^/]+(/.*)?$",
+        description="the model store this version is published in (s3://bucket/prefix, "
+        "`offers publish`): replicas load <prefix>/<game>/<version> through their node's cache, "
+        "hashes checked before anything is loaded. Unset: the local artifacts_root.",
+    )
     request_budget_ms: float = Field(default=1000.0, gt=0, le=10_000)
     quorum: float = Field(
         default=0.5,
@@ -449,3 +456,9 @@ class EnsembleAppArgs(StrictModel):
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root
         return version_dir(root, self.profile, self.game, self.version).resolve()
+
+    def version_source(self) -> str:
+        """Where replicas load this version from: its store URI, or its local folder."""
+        if self.artifacts:
+            return f"{self.artifacts.rstrip('/')}/{self.game}/{self.version}"
+        return str(self.version_dir())

@@ -9,6 +9,7 @@ serves (game, version, members, replicas) is in the typed builder args
 from __future__ import annotations
 
 import re
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ def _default_artifacts_root() -> Path:
     # models/artifacts inside the checkout; production images point OFFERS_ARTIFACTS_ROOT at
     # the folder the artifacts were baked into or synced to. Training writes there too.
     return Path(__file__).resolve().parents[2] / "models" / "artifacts"
+
+
+def _default_model_cache_dir() -> Path:
+    # Node-local and shared by every replica of the node (and every checkout on it).
+    return Path(tempfile.gettempdir()) / "offers-model-cache"
 
 
 def _default_batch_output_uri() -> str:
@@ -70,6 +76,16 @@ class Settings(BaseSettings):
     replica_niceness: int = Field(default=19, ge=0, le=19)
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
+    # The model store (app.adapters.model_store): published versions under
+    # s3://<bucket>/<prefix>/<game>/<version>/. `offers publish` writes there, `offers
+    # versions` lists it. None: no store configured.
+    model_store_uri: str | None = Field(default=None, pattern=r"^s3://[^/]+(/.*)?$")
+    # None: AWS S3 for the region (standard credential chain). Local runs point this at the
+    # S3-protocol server `make run` starts (app.local.s3_server).
+    s3_endpoint_url: HttpUrl | None = None
+    # Where a node keeps the versions its replicas load from the store, shared by them: one
+    # download per node, hashes checked before anything is loaded.
+    model_cache_dir: Path = Field(default_factory=_default_model_cache_dir)
     # Where the batch job (app.batch) writes its runs, and where supervisors look for the
     # newest precomputed-offers snapshot of their version: a local folder or an s3:// URI
     # (read and written through pyarrow's filesystems).

@@ -10,6 +10,8 @@
     offers ray-env   [--config serve_config.yaml]   (`export` lines: eval them before `ray start`)
     offers plan      [--config serve_config.yaml] [--load LOGINS_PER_S] [--cores N]
                      [--runtime onnx|native]
+    offers publish   --game G --version V [--profile P]   (into OFFERS_MODEL_STORE_URI)
+    offers versions                                        (what the model store holds)
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -55,6 +57,7 @@ from app.local import precompute
 from app.local.dynalite import Dynalite, local_client
 from app.local.layout_plan import PlanRequest, planned_layout, render
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, default_sigint, port_is_free
+from app.local.publishing import publish, versions_table
 from app.local.ray_auth import ray_auth_env, shell_exports
 from app.local.ray_head import RayHead
 from app.local.seeding import ensure_table, seed_game
@@ -241,6 +244,26 @@ def _run_serve(config: Path, address: str, env: dict[str, str]) -> int:
                 return child.wait()
 
 
+def store_command(args: argparse.Namespace) -> int:
+    from app.adapters.model_store import StoreUnavailable, VersionConflict, store_of
+    from app.contract.artifacts import ArtifactIntegrityError
+
+    settings = get_settings()
+    try:
+        store = store_of(settings)
+        if args.command == "publish":
+            print(publish(store, settings.artifacts_root, args.profile, args.game, args.version))
+        else:
+            print(versions_table(store.versions()))
+    except (ValueError, FileNotFoundError, VersionConflict, ArtifactIntegrityError) as exc:
+        print(f"offers {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except StoreUnavailable as exc:
+        print(f"offers {args.command}: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="offers", description=(__doc__ or "").split("\n")[0])
     commands = p.add_subparsers(dest="command", required=True)
@@ -273,6 +296,11 @@ def parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--runtime", choices=["onnx", "native"], help="member runtime (default: the app's)"
     )
+    publishing = commands.add_parser("publish", help="a trained version into the model store")
+    publishing.add_argument("--game", required=True)
+    publishing.add_argument("--version", required=True)
+    publishing.add_argument("--profile", choices=sorted(recipes.PROFILES), default="standard")
+    commands.add_parser("versions", help="the versions the model store holds")
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))
@@ -294,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         serve_env = {**SERVE_PROCESS_ENV, **edge_env(args.config)} if args.config else {}
         print(shell_exports(extra=serve_env))
         return 0
+    if args.command in ("publish", "versions"):
+        return store_command(args)
     if args.command == "train":
         if not args.all and not (args.game and args.version):
             cli.error("give --game and --version, or --all")

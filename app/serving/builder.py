@@ -7,6 +7,7 @@ from typing import Any
 from ray.serve import Application, Deployment
 from ray.serve.config import BackpressureConfig
 
+from app.adapters.model_store import local_version
 from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
 from app.config.router_args import RouterAppArgs
 from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
@@ -31,7 +32,9 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
     """Supervisor bound to the member deployments of `args.layout` (scoring the members the
     layout keeps inline itself)."""
     args = EnsembleAppArgs.model_validate(args)
-    version_dir = args.version_dir()
+    # From the store: this node's cached copy (the replicas make their own node's).
+    source = args.version_source()
+    version_dir = local_version(source)
     if not (version_dir / MANIFEST_FILENAME).is_file():
         raise ArtifactsMissing(
             f"no trained ensemble at {version_dir}; run `make models` (or "
@@ -61,7 +64,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             ),
             user_config=member_config,
         )
-        .bind(list(group.members), str(version_dir), args.runtime)
+        .bind(list(group.members), source, args.runtime)
         for group in placed.groups
     }
     supervisor = _deployment(Supervisor).options(
@@ -75,7 +78,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         user_config={},
     )
     config = SupervisorConfig(
-        version_dir=str(version_dir),
+        version_dir=source,
         runtime=args.runtime,
         knobs=knobs,
         coalescing_enabled=args.coalescing.enabled,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -19,6 +18,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse
 
 from app.adapters.host_cpu import IdleCpu
 from app.adapters.member_model import load_group
+from app.adapters.model_store import local_version
 from app.config.app_args import MemberGroupConfig
 from app.config.knobs import explain
 from app.contract.manifest import MemberEntry, Runtime, load_manifest
@@ -43,7 +43,7 @@ class MemberGroupDeployment:
     ) -> None:
         prepare_replica_process()
         self._names = [e.name for e in entries]
-        folder = Path(version_dir)
+        folder = local_version(version_dir)  # a store URI: this node's cached copy
         self._group = load_group(entries, folder, runtime, load_manifest(folder).fidelity)
         self._delay_s = 0.0
         self._fault_counts: Counter[str] = Counter()

@@ -16,6 +16,7 @@ from ray.serve.handle import DeploymentHandle
 from app.adapters.dynamodb import FeatureStore
 from app.adapters.host_cpu import IdleCpu
 from app.adapters.member_model import InProcessGroupClient, load_group
+from app.adapters.model_store import local_version
 from app.adapters.snapshot_store import latest_snapshot
 from app.api.routed_login import answer_routed_login
 from app.api.routes import build_http_api
@@ -44,6 +45,7 @@ class SupervisorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    # The version's folder, or its model store URI (s3://...): loaded via the node cache.
     version_dir: str
     # How the inline members are scored (EnsembleAppArgs.runtime).
     runtime: Runtime = "onnx"
@@ -87,7 +89,10 @@ def _queue_wait_s(budget_ms: float, queue_timeout_ms: int) -> float:
 
 
 def member_clients(
-    config: SupervisorConfig, handles: dict[str, DeploymentHandle[Any]], manifest: Manifest
+    config: SupervisorConfig,
+    handles: dict[str, DeploymentHandle[Any]],
+    manifest: Manifest,
+    folder: Path,
 ) -> list[MemberGroupClient]:
     """One client per place a fan-out goes: each member deployment over its handle, and
     the members this replica scores itself (loaded here). Every member exactly once."""
@@ -106,7 +111,7 @@ def member_clients(
     if config.inline:
         group = load_group(
             [entries[m] for m in config.inline],
-            Path(config.version_dir),
+            folder,
             config.runtime,
             manifest.fidelity,
         )
@@ -178,9 +183,11 @@ class Supervisor:
             steps[name] = round((time.perf_counter() - started) * 1000.0 - sum(steps.values()), 1)
 
         prepare_replica_process()
-        manifest = load_manifest(Path(config.version_dir))
-        step("process set-up, manifest")
-        clients = member_clients(config, groups, manifest)
+        step("process set-up")
+        folder = local_version(config.version_dir)  # a store URI: this node's cached copy
+        manifest = load_manifest(folder)
+        step("artifacts (node cache), manifest")
+        clients = member_clients(config, groups, manifest, folder)
         step("members (verify, load, fidelity check)")
         self._inline = next((c for c in clients if isinstance(c, InProcessGroupClient)), None)
         self._placements = config.placements

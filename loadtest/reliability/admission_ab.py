@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ import requests
 import yaml
 
 from app.local.processes import PROJECT_ROOT
+from app.local.ray_auth import ray_auth_env
 from app.local.serve_config import BUILDER_IMPORT_PATH, configured_apps
 from loadtest.harness.results import results_folder, spread, study_log
 from loadtest.reliability.scenarios import build_scenarios, client_floors, run_scenario
@@ -54,6 +56,7 @@ def deploy(config: Path, routes: list[str]) -> None:
         [str(Path(PROJECT_ROOT) / ".venv/bin/serve"), "deploy", str(config), "--address",
          DASHBOARD],
         check=True, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **ray_auth_env()},  # make run's cluster takes the project's token
     )  # fmt: skip
     time.sleep(5)  # Serve starts replacing the replicas
     deadline = time.monotonic() + 180

@@ -13,6 +13,7 @@ from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
 
 APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
 ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
+STORE_BUCKET = "offers-models"
 
 
 @pytest.fixture(scope="session")
@@ -22,7 +23,24 @@ def batch_output_root(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def serve_app(tiny_version_dir, dynalite_server, batch_output_root):
+def s3_server(tmp_path_factory):
+    """The model store's S3-protocol server (moto's server mode), its bucket made."""
+    from app.local.s3_server import S3Server
+
+    log = tmp_path_factory.mktemp("s3") / "moto.log"
+    with S3Server(free_port(), log_path=log) as server:
+        server.ensure_bucket(STORE_BUCKET)
+        yield server
+
+
+@pytest.fixture(scope="session")
+def model_cache_dir(tmp_path_factory):
+    """The node cache of the replicas the integration cluster starts."""
+    return tmp_path_factory.mktemp("model-cache")
+
+
+@pytest.fixture(scope="session")
+def serve_app(tiny_version_dir, dynalite_server, batch_output_root, s3_server, model_cache_dir):
     """Base URL of the deployed application; Serve and Ray are shut down afterwards."""
     import ray
     from ray import serve
@@ -39,6 +57,9 @@ def serve_app(tiny_version_dir, dynalite_server, batch_output_root):
         "OFFERS_FEATURE_CACHE_TTL_S": "0",
         "OFFERS_DYNAMODB_BREAKER_RESET_TIMEOUT_S": "1",
         "OFFERS_BATCH_OUTPUT_URI": str(batch_output_root),
+        # Applications whose args name a model store load from this server.
+        "OFFERS_S3_ENDPOINT_URL": s3_server.endpoint_url,
+        "OFFERS_MODEL_CACHE_DIR": str(model_cache_dir),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -1,0 +1,75 @@
+"""An application whose args name a model store: its replicas load the published version
+through the node cache and answer as the one loaded from the training folder; a version
+tampered with in the store is refused before anything is loaded, with both hashes named."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from app.adapters.model_store import ModelStore, cached
+from app.contract.artifacts import ArtifactIntegrityError
+from app.contract.manifest import load_manifest
+from models.population import player_id
+from tests.conftest import TEST_GAME, TEST_VERSION
+from tests.integration.conftest import STORE_BUCKET, app_args, deploy
+
+pytestmark = pytest.mark.integration
+
+NAME, PREFIX = "from-store", "/from-store"
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings():
+    """This process builds the applications: its settings as the environment says now."""
+    from app.config.settings import get_settings
+
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def published(s3_server, tiny_version_dir, prefix: str) -> ModelStore:
+    store = ModelStore(s3_server.client(), f"s3://{STORE_BUCKET}/{prefix}")
+    store.publish(tiny_version_dir)
+    return store
+
+
+def test_replicas_load_a_published_version_through_the_node_cache(
+    serve_app, s3_server, model_cache_dir, tiny_version_dir
+):
+    from ray import serve
+
+    store = published(s3_server, tiny_version_dir, "serving")
+    deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
+    try:
+        base = serve_app.replace(f"/{TEST_GAME}/{TEST_VERSION}", PREFIX)
+        for i in range(5):
+            body = {"player_id": player_id(i), "game": TEST_GAME}
+            from_store = requests.post(f"{base}/v1/offers", json=body, timeout=10).json()
+            from_folder = requests.post(f"{serve_app}/v1/offers", json=body, timeout=10).json()
+            assert from_store["personalized"] is True
+            assert from_store["offer"] == from_folder["offer"]
+            assert from_store["propensity"] == from_folder["propensity"]
+        assert cached(model_cache_dir / TEST_GAME / TEST_VERSION)
+        info = requests.get(f"{base}/v1/ensemble", timeout=10).json()
+        assert "artifacts (node cache), manifest" in info["startup_ms"]
+    finally:
+        serve.delete(NAME)
+
+
+def test_a_version_tampered_with_in_the_store_is_refused_before_it_loads(
+    serve_app, s3_server, tiny_version_dir, tmp_path, monkeypatch
+):
+    store = published(s3_server, tiny_version_dir, "tampered")
+    entry = load_manifest(tiny_version_dir).members[0]
+    key = f"{store.prefix}/{TEST_GAME}/{TEST_VERSION}/{entry.artifact}"
+    s3_server.client().put_object(Bucket=STORE_BUCKET, Key=key, Body=b"tampered")
+    # This process builds the application: its own node cache, empty.
+    monkeypatch.setenv("OFFERS_MODEL_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(ArtifactIntegrityError) as refused:
+        deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
+    assert entry.artifact in str(refused.value) and entry.sha256 in str(refused.value)
+    # The application serving beside it is untouched.
+    body = {"player_id": player_id(1), "game": TEST_GAME}
+    assert requests.post(f"{serve_app}/v1/offers", json=body, timeout=10).status_code == 200
