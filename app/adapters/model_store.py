@@ -10,8 +10,10 @@ refused otherwise.
 Replicas never load from the store directly. `materialize` copies a version into a folder of
 the node (`<cache>/<game>/<version>/`) once, under a file lock its replicas share, checks
 every artifact's sha256 against the manifest before anything is loaded, and returns the
-folder; the loaders then read it as they read a trained version. When the store cannot be
-reached it retries with backoff, and a node cache whose hashes match serves meanwhile.
+folder; the loaders then read it as they read a trained version. A complete copy in the node
+cache serves without a trip to the store (a published version never changes), so a store
+that is down does not stop a node that has the version; without one, the store is retried
+with backoff and then reported down.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,12 +64,18 @@ def is_store_uri(value: str) -> bool:
 
 
 def files_of(manifest: Manifest) -> list[tuple[str, str]]:
-    """(file name, sha256) of every artifact a manifest names: native and compiled."""
+    """(file name, sha256) of every artifact a manifest names: native and compiled. A name
+    that would leave the version's folder (absolute, `..`) is refused: a manifest read from
+    the store decides where its files are written."""
     files = []
     for entry in manifest.members:
         files.append((entry.artifact, entry.sha256))
         if entry.serving is not None:
             files.append((entry.serving.artifact, entry.serving.sha256))
+    for name, _ in files:
+        parts = PurePosixPath(name).parts
+        if not parts or PurePosixPath(name).is_absolute() or ".." in parts:
+            raise ArtifactIntegrityError(f"artifact name {name!r} leaves the version's folder")
     return files
 
 
@@ -152,28 +160,30 @@ class ModelStore:
 
     # --- loading ------------------------------------------------------------------------
 
+    def cache_folder(self, game: str, version: str, cache_root: Path) -> Path:
+        """Where this store's copy of a version lives on the node: keyed by the store too,
+        so two stores' versions of one name never share a folder."""
+        return cache_root / _digest(self.uri.encode())[:12] / game / version
+
     def materialize(self, game: str, version: str, cache_root: Path) -> Path:
         """The version's folder in the node cache, complete and verified: copied from the
-        store if the cache does not hold it whole. Every replica of the node may call this
-        at once: one copies, the others wait on the lock and find it done."""
-        folder = cache_root / game / version
+        store unless the cache holds it whole (a published version never changes, so a
+        complete copy needs no trip to the store, which may be down). Every replica of the
+        node may call this at once: one copies, the others wait on the lock and find it."""
+        folder = self.cache_folder(game, version, cache_root)
         folder.parent.mkdir(parents=True, exist_ok=True)
         with _locked(folder.parent / f".{version}.lock"):
-            try:
-                manifest_bytes = self._with_retries(
-                    lambda: self._get(self._key(game, version, MANIFEST_FILENAME)),
-                    f"{self.version_uri(game, version)}/{MANIFEST_FILENAME}",
-                )
-            except StoreUnavailable as down:
-                if cached(folder):
-                    logger.warning("%s; serving %s from the node cache", down, folder)
-                    return folder
-                raise StoreUnavailable(f"{down}; and no complete node cache at {folder}") from None
+            if cached(folder):
+                _check_identity(folder, game, version)
+                return folder
+            manifest_bytes = self._with_retries(
+                lambda: self._get(self._key(game, version, MANIFEST_FILENAME)),
+                f"{self.version_uri(game, version)}/{MANIFEST_FILENAME}",
+            )
             if manifest_bytes is None:
                 raise FileNotFoundError(f"{self.version_uri(game, version)} is not published")
-            if cached(folder) and (folder / MANIFEST_FILENAME).read_bytes() == manifest_bytes:
-                return folder
             self._download(game, version, manifest_bytes, folder)
+            _check_identity(folder, game, version)
             return folder
 
     def _download(self, game: str, version: str, manifest_bytes: bytes, folder: Path) -> None:
@@ -181,21 +191,27 @@ class ModelStore:
         staging = folder.with_name(f".{folder.name}.partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        for name, sha256 in files_of(manifest):
-            target = staging / name
-            key = self._key(game, version, name)
-            self._with_retries(
-                partial(self._client.download_file, self.bucket, key, str(target)),
-                f"{SCHEME}{self.bucket}/{key}",
-            )
-            _check(target, sha256, f"{self.version_uri(game, version)}/{name}")
-        (staging / MANIFEST_FILENAME).write_bytes(manifest_bytes)  # last, as in the store
+        try:
+            for name, sha256 in files_of(manifest):
+                target = staging / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                key = self._key(game, version, name)
+                self._with_retries(
+                    partial(self._client.download_file, self.bucket, key, str(target)),
+                    f"{SCHEME}{self.bucket}/{key}",
+                )
+                _check(target, sha256, f"{self.version_uri(game, version)}/{name}")
+            (staging / MANIFEST_FILENAME).write_bytes(manifest_bytes)  # last, as in the store
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         shutil.rmtree(folder, ignore_errors=True)
         staging.rename(folder)
 
     # --- S3 -----------------------------------------------------------------------------
 
     def _with_retries(self, call: Callable[[], Any], what: str) -> Any:
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         last: Exception | None = None
@@ -203,10 +219,11 @@ class ModelStore:
             try:
                 return call()
             except ClientError as exc:
-                if _status(exc) < 500:
+                if _status(exc) < 500 and _status(exc) != 429:
                     raise
                 last = exc
-            except BotoCoreError as exc:  # the endpoint did not answer
+            # The endpoint did not answer, or a transfer broke off (boto3's own errors).
+            except (BotoCoreError, Boto3Error) as exc:
                 last = exc
             if delay is not None:
                 logger.warning("model store: %s failed (%s); retrying in %.1f s", what, last, delay)
@@ -246,6 +263,15 @@ def cached(folder: Path) -> bool:
     except (ArtifactIntegrityError, ValueError, OSError):
         return False
     return True
+
+
+
+def _check_identity(folder: Path, game: str, version: str) -> None:
+    manifest = load_manifest(folder)
+    if (manifest.game, manifest.version) != (game, version):
+        raise ArtifactIntegrityError(
+            f"{folder} holds {manifest.game}/{manifest.version}, not {game}/{version}"
+        )
 
 
 def _check(path: Path, sha256: str, name: str) -> None:

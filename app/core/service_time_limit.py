@@ -63,8 +63,12 @@ class ServiceTimeLimit:
         self.ceiling = ceiling
         self._loop_lag_s = loop_lag_s
         self._limit = float(ceiling)
-        self._samples: deque[float] = deque(maxlen=window)
+        # At least two rounds of the ceiling: a cut needs a bound's worth of fresh samples.
+        self._samples: deque[float] = deque(maxlen=max(window, 2 * ceiling))
         self._since_cut = 0
+        # Logins still in flight at the last cut: they were let in under the old bound, so
+        # their answers do not judge the new one.
+        self._admitted_before_cut = 0
         self.retarget(budget_s, queue_wait_s)
 
     def retarget(self, budget_s: float, queue_wait_s: float) -> None:
@@ -85,7 +89,10 @@ class ServiceTimeLimit:
         left (itself included): the bound was binding if that reached it."""
         service_s = max(service_s, 0.0)
         self._samples.append(service_s)
-        self._since_cut += 1
+        if self._admitted_before_cut > 0:
+            self._admitted_before_cut -= 1
+        else:
+            self._since_cut += 1
         # One cut per bound's worth of logins answered since the last (about one round of
         # the logins it let in), judged on those logins only: the ones before it ran under
         # the old bound. And only while the loop runs late (the module docstring).
@@ -97,6 +104,7 @@ class ServiceTimeLimit:
         ):
             self._limit = max(1.0, self._limit * DECREASE)
             self._since_cut = 0
+            self._admitted_before_cut = max(0, in_flight - 1)  # the others still held
         elif service_s <= self.target_s and in_flight >= self.bound:
             self._limit = min(float(self.ceiling), self._limit + 1.0 / self._limit)
 

@@ -26,18 +26,29 @@ BUSY = "while True:\n    pass\n"
 
 def neighbours_for(slowdown: float, cores: int | None = None) -> int:
     """CPU-bound processes that leave the service 1/slowdown of the cores when it wants them
-    all: with n busy neighbours on c cores and the service's c runnable threads, the kernel
-    shares the cores evenly, c / (c + n) each, so n = (slowdown - 1) x c."""
+    all: with n busy neighbours on c cores and the service's c runnable threads at the same
+    niceness, the kernel shares the cores evenly, c / (c + n) each, so n = (slowdown - 1) x
+    c. `os.cpu_count()` ignores a cgroup's CPU quota: on a host with one, pass `cores`."""
     cores = cores or os.cpu_count() or 1
     return max(0, round((slowdown - 1.0) * cores))
 
 
 @contextlib.contextmanager
-def cpu_neighbours(count: int) -> Iterator[list[int]]:
-    """`count` busy-looping Python processes, at the service's own priority, for the block;
-    each stopped by its own pid afterwards."""
+def cpu_neighbours(count: int, niceness: int | None = None) -> Iterator[list[int]]:
+    """`count` busy-looping Python processes for the block, each stopped by its own pid
+    afterwards. They run at the replicas' niceness (OFFERS_REPLICA_NICENESS, 19 by default):
+    at 0 they would weigh ~70x a replica in the kernel's share and leave the service far
+    less than 1/N of the cores, while HAProxy and the client, at higher priority, would
+    hardly notice them."""
+    if niceness is None:
+        from app.config.settings import Settings
+
+        niceness = Settings().replica_niceness
     procs = [
-        subprocess.Popen([sys.executable, "-c", BUSY], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", f"import os; os.nice({niceness})\n{BUSY}"],
+            stdin=subprocess.DEVNULL,
+        )
         for _ in range(count)
     ]
     try:

@@ -262,6 +262,7 @@ def version_restarts(
         before = running_replicas(admin(), backend)
         victims = pids if every else pids[:1]
         killed_at = time.monotonic()
+        timings.setdefault("_kills", []).append(killed_at)
         for pid in victims:
             psutil.Process(pid).send_signal(signal.SIGKILL)
         timings[key] = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
@@ -271,12 +272,16 @@ def version_restarts(
     restarts: dict[str, Any] = {}
 
     def down() -> str:
-        return kill_and_time(True, direct, "replaced_after_s")
+        did = kill_and_time(True, direct, "replaced_after_s")
+        direct.pop("_kills", None)
+        return did
 
     def one_then_all() -> str:
         first = kill_and_time(False, restarts, "one_replaced_after_s")
-        restarts["all_killed_at_s"] = round(FAULT_AT_S + (restarts["one_replaced_after_s"] or 0), 2)
         second = kill_and_time(True, restarts, "all_replaced_after_s")
+        one, every = restarts.pop("_kills")
+        # The first kill came FAULT_AT_S into the run (give or take the pid lookup).
+        restarts["all_killed_at_s"] = round(FAULT_AT_S + every - one, 2)
         return f"{first}; once replaced, {second}"
 
     return [
@@ -335,9 +340,12 @@ def watch_version_health(target: Target, seen: dict[str, float | None]) -> None:
 
 
 def tier_share(shots: list[Shot]) -> dict[str, float]:
-    """Share of the 200s per tier (online, precomputed, default)."""
-    ok = [s.tier for s in shots if s.status == 200]
-    return {t: round(ok.count(t) / len(ok), 4) for t in sorted({str(t) for t in ok})} if ok else {}
+    """Share of the logins per tier of their answer (online, precomputed, default), and of
+    those not answered 200 (`refused`: a 503, no answer or an error): every login counts."""
+    if not shots:
+        return {}
+    tiers = [s.tier if s.status == 200 else "refused" for s in shots]
+    return {str(t): round(tiers.count(t) / len(tiers), 4) for t in sorted({str(t) for t in tiers})}
 
 
 def answered_by(shots: list[Shot]) -> dict[str, int]:

@@ -51,7 +51,7 @@ def test_replicas_load_a_published_version_through_the_node_cache(
             assert from_store["personalized"] is True
             assert from_store["offer"] == from_folder["offer"]
             assert from_store["propensity"] == from_folder["propensity"]
-        assert cached(model_cache_dir / TEST_GAME / TEST_VERSION)
+        assert cached(store.cache_folder(TEST_GAME, TEST_VERSION, model_cache_dir))
         info = requests.get(f"{base}/v1/ensemble", timeout=10).json()
         assert "artifacts (node cache), manifest" in info["startup_ms"]
     finally:

@@ -97,18 +97,28 @@ def test_a_bound_that_was_not_reached_does_not_grow():
     assert lim.bound == low
 
 
-def test_one_cut_per_round_of_logins_not_one_per_late_login():
+def test_one_cut_per_round_of_logins_let_in_after_the_last():
     lim = limit()
     run(lim, 64, 0.1)
     while lim.bound == CEILING:
         lim.record(0.9, in_flight=CEILING)
     assert lim.bound == int(CEILING * 0.75)  # one cut, by a quarter
-    # The next is judged on a round of the new bound's logins, answered after the cut.
+    # The 15 others held at the cut were let in under the old bound: they do not judge it.
+    for _ in range(CEILING - 1):
+        lim.record(0.9, in_flight=CEILING)
+    assert lim.bound == int(CEILING * 0.75)
+    # A round of logins let in under the new bound, late too: the next cut.
     for _ in range(lim.bound - 1):
         lim.record(0.9, in_flight=lim.bound)
     assert lim.bound == int(CEILING * 0.75)
     lim.record(0.9, in_flight=lim.bound)
     assert lim.bound == int(CEILING * 0.75 * 0.75)
+
+
+def test_a_ceiling_past_the_window_can_still_be_cut():
+    lim = ServiceTimeLimit(ceiling=200, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=Loop())
+    run(lim, 400, 0.9)
+    assert lim.bound < 200
 
 
 def test_a_live_budget_moves_the_target():
