@@ -30,6 +30,12 @@ class BackendServer:
     name: str
     address: str
     port: int
+    # `srv_op_state`: 2 is SRV_ST_RUNNING (up, taking logins); 0 stopped, 1 starting.
+    op_state: int = 2
+
+    @property
+    def running(self) -> bool:
+        return self.op_state == 2
 
     @property
     def is_replica(self) -> bool:
@@ -135,7 +141,14 @@ def parse_servers_state(text: str, backend: str) -> list[BackendServer]:
         row = dict(zip(header, line.split(), strict=False))
         if row.get("be_name") != backend:
             continue
-        servers.append(BackendServer(row["srv_name"], row["srv_addr"], int(row["srv_port"])))
+        servers.append(
+            BackendServer(
+                row["srv_name"],
+                row["srv_addr"],
+                int(row["srv_port"]),
+                int(row.get("srv_op_state", "2")),
+            )
+        )
     if header is None:
         raise ValueError(f"not an answer of `show servers state`: {text[:200]!r}")
     return servers

@@ -16,10 +16,8 @@ from typing import Any
 
 import psutil
 
-from loadtest.harness.haproxy_admin import REPLICA_PREFIX, HAProxyAdmin
+from loadtest.harness.haproxy_admin import HAProxyAdmin
 
-# `show servers state`: srv_op_state 2 is SRV_ST_RUNNING (the server is up and takes logins).
-RUNNING = "2"
 RESTART_WATCH_S = 60.0
 BUSY = "while True:\n    pass\n"
 
@@ -63,23 +61,7 @@ def cpu_neighbours(count: int, niceness: int | None = None) -> Iterator[list[int
 def running_replicas(admin: HAProxyAdmin, backend: str) -> set[str]:
     """Names of the backend's replica servers HAProxy has up (it lists a replica once Serve
     has it running, and keeps it up while its health checks pass)."""
-    text = admin.command(f"show servers state {backend}")
-    header: list[str] | None = None
-    up: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("#"):
-            header = line.lstrip("# ").split()
-            continue
-        if header is None or not line.strip():
-            continue
-        row = dict(zip(header, line.split(), strict=False))
-        if (
-            row.get("be_name") == backend
-            and row.get("srv_name", "").startswith(REPLICA_PREFIX)
-            and row.get("srv_op_state") == RUNNING
-        ):
-            up.add(row["srv_name"])
-    return up
+    return {s.name for s in admin.servers(backend) if s.is_replica and s.running}
 
 
 def seconds_until_replaced(

@@ -8,6 +8,7 @@ import time
 import psutil
 import pytest
 
+from loadtest.harness.haproxy_admin import HAProxyAdmin
 from loadtest.reliability.host_faults import (
     cpu_neighbours,
     neighbours_for,
@@ -31,7 +32,7 @@ def test_a_host_n_times_slower_has_n_minus_1_busy_processes_per_core():
 def test_only_replicas_that_are_up_count_and_never_serves_fallback_proxy():
     down = STATE.replace("supervisor-xe0gxrww 127.0.0.1 2 ", "supervisor-xe0gxrww 127.0.0.1 0 ")
 
-    class Admin:
+    class Admin(HAProxyAdmin):  # the real parsing, HAProxy's answer given
         def __init__(self, text):
             self.text = text
 
