@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
-from app.contract.artifacts import ArtifactIntegrityError, sha256_of
+from app.contract.artifacts import ArtifactIntegrityError, verify_file
 from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class ModelStore:
         checked against the manifest first, so a broken version is never published."""
         manifest = load_manifest(folder)
         for name, sha256 in files_of(manifest):
-            _check(folder / name, sha256, name)
+            verify_file(folder / name, sha256, name)
         local = (folder / MANIFEST_FILENAME).read_bytes()
         uri = self.version_uri(manifest.game, manifest.version)
         published = self._get_or_none(self._key(manifest.game, manifest.version, MANIFEST_FILENAME))
@@ -200,7 +200,7 @@ class ModelStore:
                     partial(self._client.download_file, self.bucket, key, str(target)),
                     f"{SCHEME}{self.bucket}/{key}",
                 )
-                _check(target, sha256, f"{self.version_uri(game, version)}/{name}")
+                verify_file(target, sha256, f"{self.version_uri(game, version)}/{name}")
             (staging / MANIFEST_FILENAME).write_bytes(manifest_bytes)  # last, as in the store
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -259,7 +259,7 @@ def cached(folder: Path) -> bool:
     try:
         manifest = load_manifest(folder)
         for name, sha256 in files_of(manifest):
-            _check(folder / name, sha256, name)
+            verify_file(folder / name, sha256, name)
     except (ArtifactIntegrityError, ValueError, OSError):
         return False
     return True
@@ -271,16 +271,6 @@ def _check_identity(folder: Path, game: str, version: str) -> None:
     if (manifest.game, manifest.version) != (game, version):
         raise ArtifactIntegrityError(
             f"{folder} holds {manifest.game}/{manifest.version}, not {game}/{version}"
-        )
-
-
-def _check(path: Path, sha256: str, name: str) -> None:
-    if not path.is_file():
-        raise ArtifactIntegrityError(f"{name}: missing ({path})")
-    actual = sha256_of(path)
-    if actual != sha256:
-        raise ArtifactIntegrityError(
-            f"{name}: sha256 mismatch (manifest {sha256}, file {actual}); refusing to load it"
         )
 
 

@@ -57,15 +57,21 @@ def _verified(member: str, artifact: str, sha256: str, base_dir: Path) -> Path:
     path = (base_dir / artifact).resolve()
     if not path.is_relative_to(base_dir.resolve()):
         raise ArtifactIntegrityError(f"{member}: artifact path escapes the version folder")
+    verify_file(path, sha256, member)
+    return path
+
+
+def verify_file(path: Path, sha256: str, label: str) -> None:
+    """Raise unless `path` is a file whose sha256 is `sha256`; the error names `label`, the
+    file and both hashes (the loaders and the model store's copies alike)."""
     if not path.is_file():
-        raise ArtifactIntegrityError(f"{member}: artifact {path} is missing")
+        raise ArtifactIntegrityError(f"{label}: artifact {path} is missing")
     actual = sha256_of(path)
     if actual != sha256:
         raise ArtifactIntegrityError(
-            f"{member}: sha256 mismatch for {path.name} (manifest {sha256}, file {actual}); "
+            f"{label}: sha256 mismatch for {path.name} (manifest {sha256}, file {actual}); "
             "refusing to load it"
         )
-    return path
 
 
 @dataclass(frozen=True)
