@@ -64,13 +64,19 @@ def test_neighbours_burn_cpu_at_the_replicas_niceness_and_are_gone_after_it():
 
 def test_a_paused_process_answers_nothing_then_resumes():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        pause_for(child.pid, 0.3)
-        assert psutil.Process(child.pid).status() == psutil.STATUS_STOPPED
+    proc = psutil.Process(child.pid)
+
+    def wait_for(stopped: bool) -> None:
+        # SIGSTOP and SIGCONT are delivered asynchronously: poll for the state, in order.
         deadline = time.monotonic() + 10
-        while psutil.Process(child.pid).status() == psutil.STATUS_STOPPED:
-            assert time.monotonic() < deadline, "never resumed"
-            time.sleep(0.05)
+        while (proc.status() == psutil.STATUS_STOPPED) != stopped:
+            assert time.monotonic() < deadline, f"never {'stopped' if stopped else 'resumed'}"
+            time.sleep(0.01)
+
+    try:
+        pause_for(child.pid, 2.0)
+        wait_for(stopped=True)
+        wait_for(stopped=False)
     finally:
         child.kill()
         child.wait(timeout=10)
