@@ -28,7 +28,12 @@ from app.config.settings import get_settings
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import ROUTER_IMPORT_PATH, configured_apps, edge_env
+from app.local.serve_config import (
+    ROUTER_IMPORT_PATH,
+    configured_apps,
+    edge_env,
+    from_checkout,
+)
 from loadtest.harness.probe import latency_probe
 from loadtest.harness.results import (
     parse_study_args,
@@ -59,6 +64,7 @@ def whole_config(base: Path, *, port: int, endpoint_url: str, out: Path) -> dict
             continue
         env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
         env.update(dynamo_env(endpoint_url, TABLE))
+        from_checkout(app)  # no local model store in this run
         paths[f"pinned {app['args']['version']}"] = app["route_prefix"]
     if "routed" not in paths:
         raise SystemExit(f"{base} has no router application")

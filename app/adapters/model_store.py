@@ -11,7 +11,7 @@ Replicas never load from the store directly. `materialize` copies a version into
 the node (`<cache>/<game>/<version>/`) once, under a file lock its replicas share, checks
 every artifact's sha256 against the manifest before anything is loaded, and returns the
 folder; the loaders then read it as they read a trained version. A complete copy in the node
-cache serves without a trip to the store (a published version never changes), so a store
+cache serves when the store's manifest matches it or the store does not answer, so a store
 that is down does not stop a node that has the version; without one, the store is retried
 with backoff and then reported down.
 """
@@ -166,20 +166,43 @@ class ModelStore:
         return cache_root / _digest(self.uri.encode())[:12] / game / version
 
     def materialize(self, game: str, version: str, cache_root: Path) -> Path:
-        """The version's folder in the node cache, complete and verified: copied from the
-        store unless the cache holds it whole (a published version never changes, so a
-        complete copy needs no trip to the store, which may be down). Every replica of the
-        node may call this at once: one copies, the others wait on the lock and find it."""
+        """The version's folder in the node cache, complete and verified. Every replica of
+        the node may call this at once: one copies, the others wait on the lock and find it.
+
+        The store is the authority: a complete copy in the cache serves when the store's
+        manifest is the same (one GET), or when the store does not answer that one try (no
+        backoff: a node that has the version starts without waiting for a store that is
+        down). A store that answers with another manifest replaces the copy: a store can
+        be emptied and filled again (the local one keeps its objects in memory), and a
+        version published again after that may hold other bits."""
         folder = self.cache_folder(game, version, cache_root)
         folder.parent.mkdir(parents=True, exist_ok=True)
+        manifest_key = self._key(game, version, MANIFEST_FILENAME)
+        where = f"{self.version_uri(game, version)}/{MANIFEST_FILENAME}"
         with _locked(folder.parent / f".{version}.lock"):
+            manifest_bytes: bytes | None
             if cached(folder):
-                _check_identity(folder, game, version)
-                return folder
-            manifest_bytes = self._with_retries(
-                lambda: self._get(self._key(game, version, MANIFEST_FILENAME)),
-                f"{self.version_uri(game, version)}/{MANIFEST_FILENAME}",
-            )
+                try:
+                    manifest_bytes = self._with_retries(
+                        lambda: self._get(manifest_key), where, delays=()
+                    )
+                except StoreUnavailable as exc:
+                    logger.warning("model store down (%s): serving the node cache's copy", exc)
+                    _check_identity(folder, game, version)
+                    return folder
+                if manifest_bytes == (folder / MANIFEST_FILENAME).read_bytes():
+                    _check_identity(folder, game, version)
+                    return folder
+                if manifest_bytes is not None:
+                    logger.warning(
+                        "%s: the node cache held another copy (manifest sha256 %s, the "
+                        "store's %s); copying the store's",
+                        self.version_uri(game, version),
+                        _digest((folder / MANIFEST_FILENAME).read_bytes()),
+                        _digest(manifest_bytes),
+                    )
+            else:
+                manifest_bytes = self._with_retries(lambda: self._get(manifest_key), where)
             if manifest_bytes is None:
                 raise FileNotFoundError(f"{self.version_uri(game, version)} is not published")
             self._download(game, version, manifest_bytes, folder)
@@ -210,12 +233,14 @@ class ModelStore:
 
     # --- S3 -----------------------------------------------------------------------------
 
-    def _with_retries(self, call: Callable[[], Any], what: str) -> Any:
+    def _with_retries(
+        self, call: Callable[[], Any], what: str, delays: tuple[float, ...] = RETRY_DELAYS_S
+    ) -> Any:
         from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         last: Exception | None = None
-        for delay in (*RETRY_DELAYS_S, None):
+        for delay in (*delays, None):
             try:
                 return call()
             except ClientError as exc:

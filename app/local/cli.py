@@ -10,8 +10,8 @@
     offers ray-env   [--config serve_config.yaml]   (`export` lines: eval them before `ray start`)
     offers plan      [--config serve_config.yaml] [--load LOGINS_PER_S] [--cores N]
                      [--runtime onnx|native]
-    offers publish   --game G --version V [--profile P]   (into OFFERS_MODEL_STORE_URI)
-    offers versions                                        (what the model store holds)
+    offers publish   --game G --version V [--profile P] [--config serve_config.yaml]
+    offers versions  [--config serve_config.yaml]         (what the model store holds)
 
 (`offers` is `.venv/bin/offers`; `python -m app.local.cli` is the same.) `prepare` trains
 (or finds cached) every version the config serves and checks its `deployments:` names
@@ -19,6 +19,9 @@ against the layout. `run-local` is what `make run` calls: it prepares, starts dy
 in .local/, git-ignored), creates and seeds the table if needed, starts a one-node Ray with
 fixed metrics and dashboard ports (app.local.ray_head), then runs `serve run` against it in
 the foreground with Serve's process settings and the config's edge admission (app.edge).
+When the config's apps load from a model store (`artifacts: s3://...`), it first starts the
+local S3-protocol server they name (moto) and publishes their trained versions into it
+(app.local.publishing); `publish` and `versions` default to that store.
 Ctrl-C stops Serve, then Ray, then dynalite.
 Artifacts go to OFFERS_ARTIFACTS_ROOT (default models/artifacts), unless an app's
 `args.artifacts_root` says otherwise. `batch` (what `make batch` calls) scores every player of
@@ -50,6 +53,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.adapters.model_store import ModelStore
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
@@ -57,9 +61,10 @@ from app.local import precompute
 from app.local.dynalite import Dynalite, local_client
 from app.local.layout_plan import PlanRequest, planned_layout, render
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, default_sigint, port_is_free
-from app.local.publishing import publish, versions_table
+from app.local.publishing import local_model_store, publish, versions_table
 from app.local.ray_auth import ray_auth_env, shell_exports
 from app.local.ray_head import RayHead
+from app.local.s3_server import local_s3_client
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import (
     ConfigError,
@@ -69,6 +74,7 @@ from app.local.serve_config import (
     configured_routers,
     edge_env,
     local_endpoint,
+    local_store,
 )
 from models import recipes
 from models.catalog import GAMES
@@ -138,7 +144,7 @@ def run_local(
     dynalite = Dynalite(
         port, LOCAL_STATE / "dynalite", host=host, log_path=LOCAL_STATE / "dynalite.log"
     )
-    with dynalite:
+    with local_model_store(apps, LOCAL_STATE / "s3.log"), dynalite:
         log.info("dynalite on %s (pid %s)", dynalite.endpoint_url, dynalite.pid)
         # Its data is on disk: if it dies, it comes back with it, and the breaker in each
         # supervisor lets the next trial read through (no restart of the service).
@@ -250,7 +256,7 @@ def store_command(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     try:
-        store = store_of(settings)
+        store = store_of(settings) if settings.model_store_uri else config_store(args.config)
         if args.command == "publish":
             print(publish(store, settings.artifacts_root, args.profile, args.game, args.version))
         else:
@@ -262,6 +268,21 @@ def store_command(args: argparse.Namespace) -> int:
         print(f"offers {args.command}: {exc}", file=sys.stderr)
         return 3
     return 0
+
+
+def config_store(config: Path) -> ModelStore:
+    """With no OFFERS_MODEL_STORE_URI: the local store the config's apps load from (the
+    one `make run` starts), with the local server's credentials."""
+    apps = configured_apps(config)
+    store = local_store(apps)
+    if store is None:
+        raise ValueError(
+            f"no model store: set OFFERS_MODEL_STORE_URI=s3://bucket/prefix, or serve "
+            f"`artifacts: s3://...` in {config}"
+        )
+    uri = next(a.store_uri for a in apps if a.store_uri)
+    host, port = store
+    return ModelStore(local_s3_client(f"http://{host}:{port}", timeout_s=30.0), str(uri))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -300,7 +321,14 @@ def parser() -> argparse.ArgumentParser:
     publishing.add_argument("--game", required=True)
     publishing.add_argument("--version", required=True)
     publishing.add_argument("--profile", choices=sorted(recipes.PROFILES), default="standard")
-    commands.add_parser("versions", help="the versions the model store holds")
+    versions = commands.add_parser("versions", help="the versions the model store holds")
+    for command in (publishing, versions):
+        command.add_argument(
+            "--config",
+            type=Path,
+            default=DEFAULT_CONFIG,
+            help="without OFFERS_MODEL_STORE_URI: the local store this config loads from",
+        )
     training = commands.add_parser("train", help="train ensemble versions (cached)")
     training.add_argument("--game", choices=GAMES)
     training.add_argument("--version", choices=sorted(recipes.VERSIONS))

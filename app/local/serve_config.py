@@ -41,9 +41,15 @@ class ConfiguredApp:
         return self.args.artifacts_root or self.settings.artifacts_root
 
     def version_dir(self) -> Path:
+        """Its trained version in this checkout (what `make run` publishes to the store)."""
         return version_dir(
             self.artifacts_root, self.args.profile, self.args.game, self.args.version
         ).resolve()
+
+    @property
+    def store_uri(self) -> str | None:
+        """The model store its replicas load from (args.artifacts), or None: a folder."""
+        return self.args.artifacts
 
 
 def configured_apps(path: Path) -> list[ConfiguredApp]:
@@ -108,6 +114,35 @@ def local_endpoint(apps: list[ConfiguredApp]) -> tuple[str, int, str]:
     if parts.hostname not in {"127.0.0.1", "localhost"} or parts.port is None:
         raise ConfigError(f"local runs need a loopback DynamoDB endpoint with a port, got {url!r}")
     return parts.hostname, parts.port, table
+
+
+def from_checkout(app: dict[str, Any]) -> None:
+    """Rewrite one application of a Serve config document (in place) to load its version
+    from this checkout's trained folder instead of a model store: for the tools that serve
+    another profile of a version (a store holds one build of it) or start clusters of
+    their own without the local store (bench, reliability, autoscaling runs). What they
+    measure starts once a version is loaded, from the same files either way."""
+    (app.get("args") or {}).pop("artifacts", None)
+    ((app.get("runtime_env") or {}).get("env_vars") or {}).pop("OFFERS_S3_ENDPOINT_URL", None)
+
+
+def local_store(apps: list[ConfiguredApp]) -> tuple[str, int] | None:
+    """(host, port) of the one local S3-protocol endpoint the apps that load from a model
+    store share, or None when every app loads from a folder."""
+    from_store = [a for a in apps if a.store_uri]
+    if not from_store:
+        return None
+    endpoints = {str(a.settings.s3_endpoint_url or "") for a in from_store}
+    if len(endpoints) != 1:
+        raise ConfigError(f"expected one shared S3 endpoint, found {sorted(endpoints)}")
+    url = endpoints.pop()
+    parts = urlsplit(url)
+    if parts.hostname not in {"127.0.0.1", "localhost"} or parts.port is None:
+        raise ConfigError(
+            f"local runs need OFFERS_S3_ENDPOINT_URL on a loopback address with a port for "
+            f"`artifacts: s3://...`, got {url!r}"
+        )
+    return parts.hostname, parts.port
 
 
 def edge_config(document: dict[str, Any]) -> EdgeConfig:

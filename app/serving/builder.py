@@ -42,10 +42,16 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
             f"--profile {args.profile}`)"
         )
     manifest = load_manifest(version_dir)
-    if (manifest.game, manifest.version) != (args.game, args.version):
+    if (manifest.game, manifest.version, manifest.profile) != (
+        args.game,
+        args.version,
+        args.profile,
+    ):
+        # A store holds one build of a version: a config asking for another profile of it
+        # would otherwise serve the published one under the wrong name.
         raise ValueError(
-            f"{version_dir} holds {manifest.game}/{manifest.version}, "
-            f"not {args.game}/{args.version}"
+            f"{source} holds {manifest.game}/{manifest.version} of profile "
+            f"{manifest.profile!r}, not {args.game}/{args.version} of {args.profile!r}"
         )
     placed = place_members(manifest, args.layout, version_dir, runtime=args.runtime)
     check_member_deployments(args, manifest, placed)

@@ -35,7 +35,7 @@ from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
 from app.local.ray_auth import auth_header
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps, edge_env
+from app.local.serve_config import configured_apps, edge_env, from_checkout
 from loadtest.autoscaling.report import Sample, analyze, log
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.locust_runner import LoadTarget, run_locust
@@ -77,6 +77,7 @@ def run_config(
     app = document["applications"][0]
     document["applications"] = [app]
     app["runtime_env"]["env_vars"].update(dynamo_env(endpoint, TABLE))
+    from_checkout(app)  # no local model store in this run
     args = app["args"]
     members = args.setdefault("members", {}).setdefault("autoscaling", {})
     members.update({"max_replicas": MAX_MEMBER_REPLICAS, "downscale_delay_s": DOWNSCALE_DELAY_S})

@@ -16,7 +16,7 @@ import yaml
 
 from app.local.processes import LOCAL_CREDENTIALS, ChildProcess, Managed, ProcessFailed
 from app.local.ray_auth import ray_auth_env
-from app.local.serve_config import edge_env
+from app.local.serve_config import edge_env, from_checkout
 from loadtest.harness import variant as variants
 from loadtest.harness.variant import Variant
 
@@ -176,6 +176,7 @@ def derived_serve_config(
     app["args"] = {**app.get("args", {}), "profile": profile}
     env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
     env.update(dynamo_env(endpoint_url, table))
+    from_checkout(app)  # `profile` may differ from the store's build
     if variant is not None:
         variants.apply(variant, app)
     out.parent.mkdir(parents=True, exist_ok=True)

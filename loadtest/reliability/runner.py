@@ -62,6 +62,7 @@ from app.local.serve_config import (
     BUILDER_IMPORT_PATH,
     configured_apps,
     edge_env,
+    from_checkout,
 )
 from loadtest.harness.cluster import LocalCluster, cli_env
 from loadtest.harness.open_loop import CLIENT_LOOPS
@@ -196,6 +197,7 @@ def write_config(base: Path, out: Path, proxy_port: int, batch_root: Path) -> li
             continue
         env = app.setdefault("runtime_env", {}).setdefault("env_vars", {})
         env.update(dynamo_env(f"http://127.0.0.1:{proxy_port}", TABLE))
+        from_checkout(app)  # no local model store on this cluster's nodes
         # A multi-node cluster, placed as production should be: every deployment has a
         # replica on each node (min 2, at most 1 per node), so the lost node takes one
         # replica of each, never all (SPREAD alone is a preference: runs here put both

@@ -116,7 +116,44 @@ def test_with_the_store_down_a_complete_node_cache_serves(store, tiny_version_di
     waits: list[float] = []
     down = ModelStore(dead_client(), store.uri, sleep=waits.append)
     assert down.materialize(manifest.game, manifest.version, cache) == folder
-    assert waits == [], "a complete copy of a published version needs no trip to the store"
+    assert waits == [], "a node that has the version does not wait for a store that is down"
+
+
+def test_a_store_filled_again_with_other_bits_replaces_the_node_cache_copy(
+    store, s3, tiny_version_dir, tmp_path
+):
+    manifest = load_manifest(tiny_version_dir)
+    store.publish(tiny_version_dir)
+    cache = tmp_path / "cache"
+    folder = store.materialize(manifest.game, manifest.version, cache)
+    # The store is emptied (the local server restarted) and the version published again
+    # from a retrained folder: the store's copy wins over the node's.
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{store.prefix}/")
+    for item in listed["Contents"]:
+        s3.client().delete_object(Bucket=BUCKET, Key=item["Key"])
+    retrained = tmp_path / "retrained"
+    shutil.copytree(tiny_version_dir, retrained)
+    document = json.loads((retrained / MANIFEST_FILENAME).read_text())
+    document["members"][0]["weight"] *= 2
+    (retrained / MANIFEST_FILENAME).write_text(json.dumps(document))
+    store.publish(retrained)
+    assert store.materialize(manifest.game, manifest.version, cache) == folder
+    assert (folder / MANIFEST_FILENAME).read_bytes() == (retrained / MANIFEST_FILENAME).read_bytes()
+    assert cached(folder)
+
+
+def test_a_version_the_store_does_not_hold_is_refused_even_with_a_node_copy(
+    store, s3, tiny_version_dir, tmp_path
+):
+    manifest = load_manifest(tiny_version_dir)
+    store.publish(tiny_version_dir)
+    cache = tmp_path / "cache"
+    store.materialize(manifest.game, manifest.version, cache)
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{store.prefix}/")
+    for item in listed["Contents"]:
+        s3.client().delete_object(Bucket=BUCKET, Key=item["Key"])
+    with pytest.raises(FileNotFoundError, match="is not published"):
+        store.materialize(manifest.game, manifest.version, cache)
 
 
 def test_with_the_store_down_and_no_cache_it_says_so_after_retries(store, tmp_path):

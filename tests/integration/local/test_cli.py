@@ -14,6 +14,7 @@ from app.adapters.dynamodb import PARTITION_KEY, player_key
 from app.local.processes import PROJECT_ROOT
 from app.local.ray_auth import TOKEN_FILE
 from app.local.seeding import SEED_MARKER_PREFIX
+from app.local.serve_config import from_checkout
 from models.population import player_id
 
 pytestmark = pytest.mark.integration
@@ -39,6 +40,7 @@ def config_for(tmp_path: Path, endpoint: str, table: str, args: dict, **app) -> 
     entry["runtime_env"]["env_vars"].update(
         {"OFFERS_DYNAMODB_ENDPOINT_URL": endpoint, "OFFERS_DYNAMODB_TABLE": table}
     )
+    from_checkout(entry)  # the versions these tests train, from their folder
     entry["args"].update(args)
     entry.update(app)
     path = tmp_path / "serve_config.yaml"

@@ -31,6 +31,7 @@ from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT, free_port
 from app.local.prometheus import Prometheus, values
 from app.local.ray_auth import TOKEN_FILE, auth_header
 from app.local.ray_head import RayHead
+from app.local.serve_config import from_checkout
 from models.population import player_id
 from models.train import ensure_trained
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
@@ -59,6 +60,7 @@ def tiny_config(path: Path, http_port: int, endpoint_url: str, artifacts_root: P
                 "AWS_SECRET_ACCESS_KEY": LOCAL_CREDENTIALS["aws_secret_access_key"],
             }
         )
+        from_checkout(app)  # the tiny build, from its folder
         args = app["args"]
         args.update(
             {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import (
     ROUTER_IMPORT_PATH,
     ConfigError,
+    ConfiguredApp,
     check_deployment_overrides,
     configured_apps,
 )
@@ -35,6 +37,16 @@ def deployments(app_args) -> dict[str, object]:
     return {d.name: d for d in built.deployments}
 
 
+def checkout_apps(path: Path) -> list[ConfiguredApp]:
+    """The config's ensemble apps, loading from this checkout's trained folders: these
+    tests build without a model store (tests/integration/adapters/test_model_store.py and
+    the e2e walkthrough load through one)."""
+    return [
+        replace(app, args=app.args.model_copy(update={"artifacts": None}))
+        for app in configured_apps(path)
+    ]
+
+
 @pytest.fixture(scope="module")
 def standard_models() -> None:
     """The standard profile the shipped configs serve (cached after the first training)."""
@@ -49,7 +61,7 @@ def standard_models() -> None:
 def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models) -> None:
     document = yaml.safe_load(path.read_text())
     ServeDeploySchema.model_validate(document)
-    apps = configured_apps(path)
+    apps = checkout_apps(path)
     assert apps, "no ensemble application"
     for app in apps:
         check_deployment_overrides(app)
@@ -88,7 +100,7 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
 
 
 def test_production_layout_sizes_one_member_on_its_own(standard_models) -> None:
-    [app] = configured_apps(SHIPPED[1])  # one version in the production layout
+    [app] = checkout_apps(SHIPPED[1])  # one version in the production layout
     built = deployments(app.args)
     assert built["member-et-boot3"].ray_actor_options["num_cpus"] == 0.2
     assert built["member-xgb-all"].ray_actor_options["num_cpus"] == app.args.members.num_cpus
@@ -99,12 +111,13 @@ def test_removing_the_layout_from_the_local_config_still_deploys(standard_models
     document = yaml.safe_load(SHIPPED[0].read_text())
     args = dict(document["applications"][0]["args"])
     del args["layout"]
+    args.pop("artifacts", None)  # from this checkout's folder
     built = deployments(args)
     assert "member-xgb-all" in built and "member-group-0" not in built
 
 
 def test_member_deployments_must_name_deployments_the_layout_creates(standard_models) -> None:
-    app = configured_apps(SHIPPED[0])[0]
+    app = checkout_apps(SHIPPED[0])[0]
     grouped = app.args.model_copy(
         update={
             "layout": MemberLayout(placement="groups", groups=2),
@@ -133,6 +146,6 @@ def test_a_serve_override_for_a_deployment_the_layout_lacks_is_explained(
     document["applications"][0]["deployments"] = [{"name": name, "num_replicas": 2}]
     path = tmp_path / "serve_config.yaml"
     path.write_text(yaml.safe_dump(document))
-    app = configured_apps(path)[0]
+    app = checkout_apps(path)[0]
     with pytest.raises(ConfigError, match="does not create"):
         check_deployment_overrides(app)
