@@ -78,6 +78,8 @@ class Profile(BaseModel):
 VERSIONS: dict[str, VersionSpec] = {
     "2026-10": VersionSpec(version="2026-10", train_windows=(0, 1, 2, 3), holdout_window=4),
     "2026-11": VersionSpec(version="2026-11", train_windows=(2, 3, 4, 5), holdout_window=6),
+    # Not served by serve_config.yaml: the version a release adds (docs/release.md).
+    "2026-12": VersionSpec(version="2026-12", train_windows=(4, 5, 6, 7), holdout_window=8),
 }
 
 

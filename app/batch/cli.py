@@ -1,6 +1,7 @@
 """`offers-batch` / `python -m app.batch`: score every player of a game with one version.
 
-    offers-batch --game G --version V [--profile P] [--output-uri URI] [--segments N]
+    offers-batch --game G --version V [--profile P] [--artifacts s3://bucket/prefix]
+                 [--output-uri URI] [--segments N]
                  [--read-budget N] [--read-budget-unit items|read_units] [--batch-size N]
                  [--actors MIN:MAX] [--actor-num-cpus F]
 
@@ -29,6 +30,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--game", required=True)
     p.add_argument("--version", required=True)
     p.add_argument("--profile", default="standard")
+    p.add_argument(
+        "--artifacts", default=None, help="the model store (s3://...); default: a local folder"
+    )
     p.add_argument("--output-uri", default=None)
     p.add_argument("--segments", type=int, default=None)
     p.add_argument("--read-budget", type=float, default=None, help="per second, whole run")
@@ -45,6 +49,7 @@ def to_args(ns: argparse.Namespace) -> BatchJobArgs:
         "game": ns.game,
         "version": ns.version,
         "profile": ns.profile,
+        "artifacts": ns.artifacts,
         "output_uri": ns.output_uri,
         "segments": ns.segments,
         "read_budget_per_s": ns.read_budget,
@@ -74,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         args = to_args(ns)
     except (ValidationError, ValueError) as exc:
         cli.error(str(exc))
-    if not (args.version_dir() / "manifest.json").is_file():
+    if not args.artifacts and not (args.version_dir() / "manifest.json").is_file():
         print(f"offers-batch: no trained version at {args.version_dir()}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import ray
 from ray.data import ActorPoolStrategy, Dataset
 
+from app.adapters.model_store import local_version
 from app.adapters.snapshot_store import write_snapshot
 from app.batch.datasource import PlayerScanDatasource
 from app.batch.scoring import ScorePlayers
@@ -86,7 +87,7 @@ def score(players: Dataset, args: BatchJobArgs, scored_at: datetime) -> Dataset:
     scored: Dataset = players.map_batches(
         ScorePlayers,
         fn_constructor_kwargs={
-            "version_dir": str(args.version_dir()),
+            "version_dir": args.version_source(),
             "scored_at_us": int(scored_at.timestamp() * 1_000_000),
             "runtime": args.runtime,
         },
@@ -100,7 +101,8 @@ def score(players: Dataset, args: BatchJobArgs, scored_at: datetime) -> Dataset:
 
 def run(args: BatchJobArgs, *, now: datetime | None = None) -> BatchSummary:
     """Score every player of the game with the version; Ray must be initialized."""
-    manifest = load_manifest(args.version_dir())
+    # From a store: the driver's node cache (each scoring actor fills its own node's).
+    manifest = load_manifest(local_version(args.version_source()))
     scored_at = (now or datetime.now(UTC)).replace(microsecond=0)
     root = args.output_root().rstrip("/")
     output = f"{root}/{version_prefix(args.game, args.version)}/{run_folder(scored_at)}"

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 from app.adapters.member_model import load_group
+from app.adapters.model_store import local_version
 from app.batch.datasource import PLAYER_ID, feature_columns
 from app.contract.manifest import Runtime, load_manifest
 from app.core.batch_scoring import BatchScorer
@@ -30,7 +29,7 @@ class ScorePlayers:
     rows), then scores batches with the version's runtime."""
 
     def __init__(self, version_dir: str, scored_at_us: int, runtime: Runtime = "onnx") -> None:
-        folder = Path(version_dir)
+        folder = local_version(version_dir)  # a store URI: this node's cached copy
         manifest = load_manifest(folder)
         self._version = manifest.version
         self._features = feature_columns(manifest.feature_schema)

@@ -23,6 +23,12 @@ class BatchJobArgs(BaseModel):
     artifacts_root: Path | None = Field(
         default=None, description="folder holding <profile>/<game>/<version>; default settings"
     )
+    artifacts: str | None = Field(
+        default=None,
+        pattern=r"^s3://[^/]+(/.*)?$",
+        description="the model store the version is published in (s3://bucket/prefix): each "
+        "node loads it through its cache, as replicas do. Unset: the local artifacts_root.",
+    )
     output_uri: str | None = Field(
         default=None, description="local folder or s3:// URI; default settings' batch_output_uri"
     )
@@ -57,6 +63,12 @@ class BatchJobArgs(BaseModel):
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root
         return version_dir(root, self.profile, self.game, self.version).resolve()
+
+    def version_source(self) -> str:
+        """Where the job loads the version from: its store URI, or its local folder."""
+        if self.artifacts:
+            return f"{self.artifacts.rstrip('/')}/{self.game}/{self.version}"
+        return str(self.version_dir())
 
     def output_root(self) -> str:
         return self.output_uri or get_settings().batch_output_uri

@@ -1,15 +1,18 @@
 """The router deployment: a game's front door, `POST /<game>/v1/offers`, over its versions.
 
 Thin Serve wrapper around app.core.offer_routing.OfferRouter: version weights are its live
-user_config (reconfigure), versions are reached through handles to their applications'
-supervisors, and a background task follows the applications' status so that a version with
-no supervisor replica to answer (missing, going away, or every replica down) is skipped at
-once instead of eating a login's budget. The same status gives each version's running
-supervisors and the router's own replicas, from which the router knows how many logins a
-version can take from it (app.core.version_load). Each replica reports the logins it holds
-over its edge bound (utilization) and the host's idle cores, so the router autoscales like the
-supervisors (app.serving.autoscaling): HAProxy lets at most that bound into one replica, so
-Serve's count of ongoing requests against a target above it could never add one.
+user_config (reconfigure), and so is the set of versions: a weight for a version the args do
+not list adds it, reached at its default application (`<game>-<version>`), so a release adds a
+version without restarting the router (a one-replica router restarted by Serve leaves the
+game's route without a replica for seconds: docs/release.md). Versions are reached through
+handles to their applications' supervisors, and a background task follows the applications'
+status so that a version with no supervisor replica to answer (missing, going away, or every
+replica down) is skipped at once instead of eating a login's budget. The same status gives each
+version's running supervisors and the router's own replicas, from which the router knows how
+many logins a version can take from it (app.core.version_load). Each replica reports the logins
+it holds over its edge bound (utilization) and the host's idle cores, so the router autoscales
+like the supervisors (app.serving.autoscaling): HAProxy lets at most that bound into one
+replica, so Serve's count of ongoing requests against a target above it could never add one.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,6 +35,7 @@ from app.api.game_routes import build_router_api
 from app.api.schemas import SplitInfo, VersionShare
 from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings
+from app.contract.ids import VERSION_PATTERN
 from app.core.load_meter import LoadMeter
 from app.core.offer_routing import (
     OfferRouter,
@@ -140,6 +145,16 @@ class HandleBackend:
             return refusal
         return reply
 
+    @property
+    def applications(self) -> dict[str, str]:
+        """version -> its Serve application, the args' and any added live."""
+        return dict(self._applications)
+
+    def add(self, version: str, app: str) -> None:
+        """Reach one more version (a release adds it through the router's user_config)."""
+        self._applications[version] = app
+        self._handles[version] = DeploymentHandle(self._ingress, app)
+
     def replicas(self, version: str) -> int | None:
         """The version's running supervisor replicas, as last read (None: not read yet)."""
         health = self.health.get(self._applications[version])
@@ -215,8 +230,21 @@ class VersionRouter:
         On the event loop; never raises (see Supervisor.reconfigure): a bad change is logged,
         refused and shown in GET /v1/split, and the split in force stays."""
         try:
-            knobs = self._config.knobs.merged(user_config).checked(self._versions)
-            split = VersionSplit(self._config.game, self._versions, knobs.weights)
+            knobs = self._config.knobs.merged(user_config)
+            # The args' versions, then those only this user_config names (a release's);
+            # a version it no longer names leaves the split again.
+            listed = list(self._config.applications)
+            added = [v for v in knobs.weights if v not in listed]
+            bad = [v for v in added if not re.fullmatch(VERSION_PATTERN, v)]
+            if bad:
+                raise ValueError(f"weights name {bad}, which are not version names")
+            versions = [*listed, *added]
+            split = VersionSplit(self._config.game, versions, knobs.checked(versions).weights)
+            for version in added:
+                if version not in self._backend.applications:
+                    self._backend.add(version, f"{self._config.game}-{version}")
+                    logger.info("version %s added live", version)
+            self._versions = versions
             self._router.configure(
                 split,
                 budget_ms=knobs.request_budget_ms,
@@ -242,7 +270,7 @@ class VersionRouter:
             versions=[
                 VersionShare(
                     version=v,
-                    application=self._config.applications[v],
+                    application=self._backend.applications[v],
                     weight=split.weights[v],
                     share=round(shares[v], 6),
                 )

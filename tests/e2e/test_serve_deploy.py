@@ -29,6 +29,7 @@ from app.config.settings import Settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_free
+from app.local.publishing import local_model_store
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, local_endpoint
@@ -109,7 +110,12 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
     folder = tmp_path_factory.mktemp("e2e")
     config = with_auth_app(folder, tiny_version_dir)
 
-    with Dynalite(port, data_dir=None, host=host, log_path=folder / "dynalite.log") as dynalite:
+    # The shipped config loads its versions from the local model store: its S3-protocol
+    # server, with the trained versions published, as `make run` starts it.
+    with (
+        local_model_store(apps, folder / "s3.log"),
+        Dynalite(port, data_dir=None, host=host, log_path=folder / "dynalite.log") as dynalite,
+    ):
         client = dynalite.client(timeout_s=10.0)
         ensure_table(client, table)
         for game in {a.args.game for a in apps}:
@@ -137,7 +143,8 @@ def deployed_cluster(tmp_path_factory, tiny_version_dir):
             ],
             # The edge's admission for every application of the config deployed, as the
             # README starts Ray for the config it serves (auth-check's backend included).
-            {**cli_env(), **edge_env(config)},
+            # A node cache of its own: the replicas copy their versions from the store.
+            {**cli_env(), **edge_env(config), "OFFERS_MODEL_CACHE_DIR": str(folder / "cache")},
             folder / "ray-start.log",
         )
         ray.start()
@@ -680,6 +687,53 @@ def test_a_version_whose_supervisors_all_died_refuses_fast_until_it_serves_again
     assert all(retry == "1" for _, _, _, retry in refused), refused
     assert max(took for _, took, _, _ in answers) < 3.0, answers
     assert answers[-1][2] == 200, "personalized again once the replica was replaced"
+
+
+def test_a_version_is_released_through_the_store_while_the_game_route_serves(
+    deployed_cluster, tmp_path, tiny_version_dir
+):
+    """The release walkthrough (docs/release.md) on the running cluster: train 2026-12,
+    `offers publish` it, `serve deploy` it at weight 0, raise it to 10. Meanwhile logins on
+    the game's route all answer, and no replica of the versions already served, nor of the
+    router, is replaced: the router takes the new version live."""
+    from loadtest.release_walkthrough import walk
+
+    deployed = with_auth_app(tmp_path, tiny_version_dir)  # the config the cluster serves
+    report = walk(
+        deployed,
+        "2026-12",
+        "tiny",  # trains in seconds; the walk is the same for any profile
+        dashboard=DASHBOARD,
+        base=HTTP_BASE,
+        workdir=tmp_path / "release",
+    )
+    print(report.summary())  # shown when the test fails
+    assert report.logins.sent > 0 and report.logins.failed == 0, report.logins.failures
+    assert report.other_replicas_kept
+    assert all(report.other_replicas_before.values()) and report.router_replicas_before
+    # The release's target (issue: from `offers publish` to serving within a minute).
+    assert report.publish_to_serving_s < 60
+    split = requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()
+    assert {v["version"]: v["weight"] for v in split["versions"]}["2026-12"] == 10
+    body = post("/galaxy-raiders/2026-12", player_id(5)).json()
+    assert body["ensemble_version"] == "2026-12" and body["personalized"] is True
+    # Published, it is listed.
+    listed = cli("offers", "versions", "--config", str(deployed)).stdout
+    assert "2026-12" in listed
+
+    # The cluster as it was, for the tests that follow.
+    cli("serve", "deploy", str(deployed), "--address", DASHBOARD)
+    _wait_for(
+        lambda: "2026-12"
+        not in {
+            v["version"]
+            for v in requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()[
+                "versions"
+            ]
+        }
+        or None,
+        "the router back to the config's versions",
+    )
 
 
 def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_cluster, tmp_path):

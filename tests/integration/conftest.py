@@ -57,8 +57,10 @@ def serve_app(tiny_version_dir, dynalite_server, batch_output_root, s3_server, m
         "OFFERS_FEATURE_CACHE_TTL_S": "0",
         "OFFERS_DYNAMODB_BREAKER_RESET_TIMEOUT_S": "1",
         "OFFERS_BATCH_OUTPUT_URI": str(batch_output_root),
-        # Applications whose args name a model store load from this server.
+        # Applications whose args name a model store load from this server, and a batch job
+        # given an s3:// output writes to it (pyarrow and boto3 read the standard variable).
         "OFFERS_S3_ENDPOINT_URL": s3_server.endpoint_url,
+        "AWS_ENDPOINT_URL_S3": s3_server.endpoint_url,
         "OFFERS_MODEL_CACHE_DIR": str(model_cache_dir),
     }
     saved = {k: os.environ.get(k) for k in env}

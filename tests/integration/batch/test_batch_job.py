@@ -20,7 +20,7 @@ from app.contract.offer_snapshot import SNAPSHOT_FILENAME, parse
 from app.local.seeding import ensure_table, seed_game
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE, TEST_VERSION
-from tests.integration.conftest import app_args, deploy
+from tests.integration.conftest import STORE_BUCKET, app_args, deploy
 
 pytestmark = pytest.mark.integration
 
@@ -94,6 +94,36 @@ def test_every_player_is_scored_once_into_parquet_and_a_snapshot(batch_run):
     snapshot = parse((batch_run_path(batch_run) / SNAPSHOT_FILENAME).read_bytes())
     assert snapshot.header.players == TEST_PLAYERS
     assert snapshot.nbytes / TEST_PLAYERS == 13
+
+
+def test_a_job_loads_its_version_from_the_store_and_writes_to_s3(
+    serve_app, s3_server, tiny_version_dir, batch_run
+):
+    """The production shape on the local S3-protocol server: the version published to the
+    model store (loaded through each node's cache), the Parquet and snapshot to s3://. The
+    same players and scores as the run from the local folder."""
+    import pyarrow.fs as pafs
+
+    from app.adapters.model_store import ModelStore
+    from app.batch.job import run
+
+    store_uri = f"s3://{STORE_BUCKET}/batch-job"
+    ModelStore(s3_server.client(), store_uri).publish(tiny_version_dir)
+    s3_server.ensure_bucket("offers-batch")
+    summary = run(
+        job_args(tiny_version_dir, "s3://offers-batch/runs", artifacts=store_uri)
+        .model_copy(update={"artifacts_root": tiny_version_dir.parents[3] / "nowhere"})
+    )  # fmt: skip
+    assert summary.output.startswith("s3://offers-batch/runs/")
+    fs, base = pafs.FileSystem.from_uri(summary.output)
+    from_s3 = {r["player_id"]: r for r in pq.read_table(base, filesystem=fs).to_pylist()}
+    from_folder = read_output(batch_run.output)
+    assert set(from_s3) == ALL_PLAYERS
+    for pid in PARITY_PLAYERS:
+        assert from_s3[pid]["offer_id"] == from_folder[pid]["offer_id"], pid
+        assert from_s3[pid]["propensity"] == pytest.approx(from_folder[pid]["propensity"], abs=1e-6)
+    snapshot = fs.open_input_file(f"{base}/{SNAPSHOT_FILENAME}").read()
+    assert parse(snapshot).header.players == TEST_PLAYERS
 
 
 def batch_run_path(summary):
