@@ -47,8 +47,14 @@ class BackendLimits(FrozenModel):
 
 
 class EdgeConfig(FrozenModel):
-    # Ray Serve application name -> its limits. Applications not listed are left as Serve
-    # renders them.
+    # Ray Serve application name -> its limits.
     backends: dict[str, BackendLimits] = Field(default_factory=dict)
+    # For an application's HTTP backend the config does not list: one `serve deploy` added
+    # after Ray started (a release: docs/release.md), or on Kubernetes, where the pods' edge
+    # settings name only the front doors so that adding a version stays a serveConfigV2
+    # change. At least its answer timeout and no fallback proxy while a replica is listed:
+    # without them a version with no live replica held a login for Serve's
+    # request_timeout_s (10 s, then a 408). None: such backends are left as Serve renders.
+    unlisted: BackendLimits | None = None
     # Retry-After on a 503 HAProxy gives outside any listed application.
     retry_after_s: int = Field(default=1, ge=0, le=3600)

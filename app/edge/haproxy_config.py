@@ -135,7 +135,12 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
     default_file = str(config_dir / "offers-503.http")
     files[default_file] = refusal_response(edge.retry_after_s)
     by_backend = {backend_name(app): limits for app, limits in edge.backends.items()}
-    # A process-wide variable per listed backend (HAProxy's names take no `-`).
+    if edge.unlisted is not None:
+        for header, _ in sections:
+            name = header.split()[1] if header.startswith("backend ") else ""
+            if _is_application_backend(name) and name not in by_backend:
+                by_backend[name] = edge.unlisted
+    # A process-wide variable per backend (HAProxy's names take no `-`).
     room_vars = {name: f"proc.offers_room_{i}" for i, name in enumerate(sorted(by_backend))}
     out = [MARKER]
     for header, body in sections:
@@ -152,6 +157,12 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
         else:
             out += body
     return Rewritten("\n".join(out) + "\n", files)
+
+
+def _is_application_backend(name: str) -> bool:
+    """An application's HTTP backend as Serve names them (backend_name), not its default,
+    gRPC or request-router backends."""
+    return name.startswith("http-") and not name.endswith("-via-ingress-request-router")
 
 
 def _defaults(body: list[str], errorfile: str) -> list[str]:

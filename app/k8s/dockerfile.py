@@ -1,19 +1,16 @@
-"""The image: the official Ray image of the pinned version, the project, the served models.
+"""The image: the official Ray image of the pinned version and the project. No model.
 
-Two targets from one file (k8s/Dockerfile, built from the repository root after
-`make models`):
+Two targets from one file (k8s/Dockerfile, built from the repository root):
 - `service`: what the RayService runs. The project is installed with constraints.txt, so
-  every library is the version CI tested; the trained artifacts of every version the config
-  serves are copied with their manifests, whose checksums the replicas verify at load as
-  they do locally; it runs as the base image's non-root `ray` user.
+  every library is the version CI tested; it runs as the base image's non-root `ray` user.
+  It holds no trained artifact: replicas load their version from the model store into their
+  pod's cache, checking every sha256 against the manifest (app.adapters.model_store), so a
+  new ensemble version is a serveConfigV2 change, never a new image;
 - `loadtest`: `service` plus locust and loadtest/, for the in-cluster locust Job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-ARTIFACTS_ROOT = "/home/ray/artifacts"
 WORKDIR = "/home/ray/dynamic-offers"
 # Where the base image's pip puts console scripts: Serve starts this as its HAProxy (app.edge).
 EDGE_BINARY = "/home/ray/anaconda3/bin/offers-haproxy"
@@ -23,14 +20,7 @@ def base_image(ray_version: str, python: str) -> str:
     return f"rayproject/ray:{ray_version}-py{python.replace('.', '')}-cpu"
 
 
-def dockerfile(
-    *, ray_version: str, python: str, versions: Iterable[tuple[str, str, str]], header: str
-) -> str:
-    """`versions`: (profile, game, version) of every artifact folder to bake in."""
-    copies = [
-        f"COPY --chown=ray:users models/artifacts/{p}/{g}/{v}/ {ARTIFACTS_ROOT}/{p}/{g}/{v}/"
-        for p, g, v in sorted(set(versions))
-    ]
+def dockerfile(*, ray_version: str, python: str, header: str) -> str:
     lines = [
         header.rstrip("\n"),
         f"FROM {base_image(ray_version, python)} AS service",
@@ -44,10 +34,8 @@ def dockerfile(
         "RUN pip install --no-cache-dir -c constraints.txt . \\",
         "    && python -c 'import app.serving.builder' \\",
         f"    && test -x {EDGE_BINARY}",
-        "# The trained versions serve_config.yaml serves, with their manifests (checksums are",
-        "# verified when a replica loads them). `make models` trains them into models/artifacts.",
-        *copies,
-        f"ENV OFFERS_ARTIFACTS_ROOT={ARTIFACTS_ROOT}",
+        "# No trained model: replicas load their version from the model store (model_store in",
+        "# k8s/profile.yaml) into their pod's cache, so a new version needs no new image.",
         "",
         "FROM service AS loadtest",
         "COPY --chown=ray:users loadtest/ loadtest/",

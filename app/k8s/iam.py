@@ -1,11 +1,17 @@
 """IAM for the two roles (IRSA), each trusted by one ServiceAccount of this namespace only.
 
-The serve role (the replicas, app.adapters.dynamodb and app.adapters.snapshot_store):
+The serve role (the replicas, app.adapters.dynamodb, app.adapters.snapshot_store and
+app.adapters.model_store; the head, which builds the applications, loads from the store too):
 - GetItem and BatchGetItem on the one feature table: no Scan, Query, writes, indexes or
   other tables;
 - the precomputed-offers snapshots the batch job writes: GetObject on the snapshot files
   only (`<prefix>/*/_offers.snapshot`, never the Parquet or a half-written `.partial`), and
-  ListBucket restricted by `s3:prefix` to the output prefix (finding the newest run).
+  ListBucket restricted by `s3:prefix` to the output prefix (finding the newest run);
+- the published ensemble versions: GetObject under the model store's prefix (manifests and
+  artifacts; boto3's download_file is a HeadObject and ranged GetObjects) and ListBucket
+  restricted by `s3:prefix` to it, so a version that is not published is an honest 404
+  ("not published") rather than a 403. Nothing else of the store's bucket, and no write:
+  publishing is another role's (docs/kubernetes.md).
 
 The batch role (the RayJob's head and workers, app.batch):
 - Scan on the one table (the parallel Scan of every player);
@@ -16,7 +22,21 @@ The batch role (the RayJob's head and workers, app.batch):
   restricted by `s3:prefix`, as pyarrow lists "directories"; DeleteObject on the snapshot's
   temporary name only: it is written as `_offers.snapshot.partial` and moved into place,
   which on S3 is a copy and a delete. The role can overwrite but never delete a finished
-  run's files.
+  run's files;
+- the published ensemble versions, read-only as for the serve role: the driver and every
+  scoring actor load the version they score from the model store (`--artifacts`, through
+  their pod's cache), so GetObject under the store's prefix and ListBucket restricted by
+  `s3:prefix` to it (an honest 404 for a version not published). No write there: the output
+  prefix, where it writes, may not overlap the store's (app.k8s.profile checks it).
+
+The publisher (not a cluster role: the identity that runs `offers publish` at release, and
+`offers versions`): under the model store's prefix GetObject (is the version published
+already?), PutObject and AbortMultipartUpload (artifacts, then the manifest; large artifacts
+are multipart uploads), and ListBucket restricted by `s3:prefix` (the versions list, honest
+404s). No DeleteObject: a published version is never removed or replaced by this role (the
+store refuses to publish a version again with other contents; S3 cannot say "create only",
+so PutObject could still overwrite a key: S3 Object Lock or versioning on the bucket is the
+guard against that).
 
 pyarrow's S3 requests, as measured against an S3 endpoint: HeadObject/GetObject need
 s3:GetObject; ListObjectsV2 needs s3:ListBucket (S3 evaluates `s3:prefix` as the requested
@@ -37,12 +57,14 @@ from app.k8s.profile import ProductionProfile
 SERVE_ACTIONS = ("dynamodb:BatchGetItem", "dynamodb:GetItem")
 BATCH_SCAN_ACTIONS = ("dynamodb:Scan",)
 BATCH_WRITE_ACTIONS = ("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")
+PUBLISH_ACTIONS = ("s3:AbortMultipartUpload", "s3:GetObject", "s3:PutObject")
 # app.adapters.snapshot_store.write_snapshot writes the snapshot under this name, then moves
 # it into place (tests/unit/k8s check the writer against this policy).
 SNAPSHOT_PARTIAL = f"{SNAPSHOT_FILENAME}.partial"
 
 
 def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
+    store = profile.model_store
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -59,11 +81,14 @@ def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Resource": [_object_arn(profile, f"*/{SNAPSHOT_FILENAME}")],
             },
             _list_prefix(profile, "ListBatchRuns"),
+            _read_versions(profile),
+            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
         ],
     }
 
 
 def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
+    store = profile.model_store
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -86,6 +111,24 @@ def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Resource": [_object_arn(profile, f"*/{SNAPSHOT_PARTIAL}")],
             },
             _list_prefix(profile, "ListBatchRuns"),
+            _read_versions(profile),
+            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
+        ],
+    }
+
+
+def publish_policy(profile: ProductionProfile) -> dict[str, Any]:
+    store = profile.model_store
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "PublishVersions",
+                "Effect": "Allow",
+                "Action": list(PUBLISH_ACTIONS),
+                "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
+            },
+            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
         ],
     }
 
@@ -99,16 +142,38 @@ def batch_trust_policy(profile: ProductionProfile) -> dict[str, Any]:
 
 
 def _object_arn(profile: ProductionProfile, below_prefix: str) -> str:
-    return f"arn:aws:s3:::{profile.batch.bucket()}/{profile.batch.prefix()}/{below_prefix}"
+    """Objects under the batch output prefix."""
+    return _s3_arn(profile.batch.bucket(), profile.batch.prefix(), below_prefix)
 
 
 def _list_prefix(profile: ProductionProfile, sid: str) -> dict[str, Any]:
+    """Listing under the batch output prefix."""
+    return _list(profile.batch.bucket(), profile.batch.prefix(), sid)
+
+
+def _read_versions(profile: ProductionProfile) -> dict[str, Any]:
+    """GetObject under the model store's prefix: what loading a published version needs
+    (the serve and batch roles alike)."""
+    store = profile.model_store
+    return {
+        "Sid": "ReadPublishedVersions",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
+    }
+
+
+def _s3_arn(bucket: str, prefix: str, below_prefix: str) -> str:
+    return f"arn:aws:s3:::{bucket}/{prefix}/{below_prefix}"
+
+
+def _list(bucket: str, prefix: str, sid: str) -> dict[str, Any]:
     return {
         "Sid": sid,
         "Effect": "Allow",
         "Action": ["s3:ListBucket"],
-        "Resource": [f"arn:aws:s3:::{profile.batch.bucket()}"],
-        "Condition": {"StringLike": {"s3:prefix": [f"{profile.batch.prefix()}/*"]}},
+        "Resource": [f"arn:aws:s3:::{bucket}"],
+        "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
     }
 
 

@@ -38,9 +38,10 @@ def service_account(profile: ProductionProfile) -> dict[str, Any]:
             "namespace": profile.namespace,
             "annotations": {"eks.amazonaws.com/role-arn": profile.aws.serve_role_arn()},
         },
-        # Only worker pods run as this account, and they never call the Kubernetes API (the
-        # autoscaler sidecar lives in the head pod, under KubeRay's account), so no API token
-        # is mounted. IRSA's token is a separate projected volume, unaffected.
+        # Head and worker pods run as this account (app.k8s.rayservice). It mounts no API
+        # token: the replicas never call the Kubernetes API, and the head pod mounts one for
+        # itself, for the autoscaler sidecar, to whose account KubeRay binds the sidecar's
+        # RBAC. IRSA's token is a separate projected volume, unaffected.
         "automountServiceAccountToken": False,
     }
 

@@ -30,12 +30,45 @@ S3_OUTPUT_URI = re.compile(
     r"^s3://(?P<bucket>[a-z0-9][a-z0-9-]{1,61}[a-z0-9])"
     r"/(?P<prefix>[A-Za-z0-9_=-][A-Za-z0-9._=-]*(/[A-Za-z0-9_=-][A-Za-z0-9._=-]*)*)$"
 )
+# The args that say where an ensemble application loads its version from: production sets
+# them from `model_store` (app.k8s.serve_config), so the overrides may not.
+STORE_ARGS = ("artifacts", "artifacts_root")
+
+
+def s3_uri(value: str, setting: str) -> str:
+    if not S3_OUTPUT_URI.fullmatch(value):
+        raise ValueError(
+            f"{setting} must be s3://<bucket>/<prefix> (a prefix of plain path segments, no "
+            "trailing slash, no `*`, `?` or `$`)"
+        )
+    return value
+
+
+def s3_bucket(uri: str) -> str:
+    match = S3_OUTPUT_URI.fullmatch(uri)
+    assert match is not None  # validated
+    return match["bucket"]
+
+
+def s3_prefix(uri: str) -> str:
+    match = S3_OUTPUT_URI.fullmatch(uri)
+    assert match is not None  # validated
+    return match["prefix"]
+
+
+def s3_overlap(a: str, b: str) -> bool:
+    """Whether two validated s3://<bucket>/<prefix> URIs share objects: the same bucket, and
+    one prefix is the other or a folder of it."""
+    if s3_bucket(a) != s3_bucket(b):
+        return False
+    pa, pb = s3_prefix(a).split("/"), s3_prefix(b).split("/")
+    return pa[: len(pb)] == pb or pb[: len(pa)] == pa
 
 
 class ImageProfile(FrozenModel):
-    # The tag is not set here: it is derived from the pins and the served versions
-    # (app.k8s.rayservice.image_tag), so the image and the cluster's rayVersion cannot
-    # drift apart, and new artifacts are a new tag.
+    # The tag is not set here: it is derived from the pins and the sources the image installs
+    # (app.k8s.rayservice.image_tag), so the image and the cluster's rayVersion cannot drift
+    # apart. The image holds no model: a new ensemble version is not a new tag.
     repository: str = Field(pattern=r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$")
     pull_policy: str = Field(default="IfNotPresent", pattern=r"^(Always|IfNotPresent|Never)$")
 
@@ -97,6 +130,41 @@ class ServeOverrides(FrozenModel):
     log_encoding: str = Field(pattern=r"^(TEXT|JSON)$")
     ensemble_args: dict[str, Any] = Field(default_factory=dict)
     router_args: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("ensemble_args")
+    @classmethod
+    def _no_store(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # Where versions load from is `model_store.uri`, the one store the serve role reads.
+        named = [key for key in STORE_ARGS if key in value]
+        if named:
+            raise ValueError(f"serve.ensemble_args sets {named}: the store is model_store.uri")
+        return value
+
+
+class ModelStoreProfile(FrozenModel):
+    """The model store the cluster loads ensemble versions from (app.adapters.model_store):
+    `offers publish` puts a version under `<uri>/<game>/<version>/`, and every ensemble
+    application's `args.artifacts`, and every batch RayJob's `--artifacts`, is this URI in
+    production."""
+
+    # s3://<bucket>/<prefix>: the serve and batch roles read only under the prefix.
+    uri: str
+    # The node cache on every Ray pod, the RayService's and the batch RayJobs'
+    # (OFFERS_MODEL_CACHE_DIR, an emptyDir): the versions the pod's replicas (or scoring
+    # actors) loaded, never evicted while the pod lives. Past the limit the kubelet evicts
+    # the pod, and its replacement fetches only what is served then.
+    cache_gib: float = Field(gt=0)
+
+    @field_validator("uri")
+    @classmethod
+    def _s3_uri(cls, value: str) -> str:
+        return s3_uri(value, "model_store.uri")
+
+    def bucket(self) -> str:
+        return s3_bucket(self.uri)
+
+    def prefix(self) -> str:
+        return s3_prefix(self.uri)
 
 
 class LoadTestProfile(FrozenModel):
@@ -164,12 +232,7 @@ class BatchProfile(FrozenModel):
     @field_validator("output_uri")
     @classmethod
     def _s3_uri(cls, value: str) -> str:
-        if not S3_OUTPUT_URI.fullmatch(value):
-            raise ValueError(
-                "batch.output_uri must be s3://<bucket>/<prefix> (a prefix of plain path "
-                "segments, no trailing slash, no `*`, `?` or `$`)"
-            )
-        return value
+        return s3_uri(value, "batch.output_uri")
 
     @field_validator("workers")
     @classmethod
@@ -179,14 +242,10 @@ class BatchProfile(FrozenModel):
         return value
 
     def bucket(self) -> str:
-        match = S3_OUTPUT_URI.fullmatch(self.output_uri)
-        assert match is not None  # validated
-        return match["bucket"]
+        return s3_bucket(self.output_uri)
 
     def prefix(self) -> str:
-        match = S3_OUTPUT_URI.fullmatch(self.output_uri)
-        assert match is not None  # validated
-        return match["prefix"]
+        return s3_prefix(self.output_uri)
 
 
 class MonitoringProfile(FrozenModel):
@@ -209,6 +268,7 @@ class ProductionProfile(FrozenModel):
     # reserves: Ray's own per-node processes, bin-packing loss, a node being replaced.
     headroom: float = Field(ge=1.0, le=4.0)
     serve: ServeOverrides
+    model_store: ModelStoreProfile
     monitoring: MonitoringProfile
     loadtest: LoadTestProfile
     batch: BatchProfile
@@ -233,6 +293,13 @@ class ProductionProfile(FrozenModel):
             raise ValueError("batch.service_account must differ from service_account")
         if self.batch.role_name == self.aws.serve_role_name:
             raise ValueError("batch.role_name must differ from aws.serve_role_name")
+        # The batch role writes under its output prefix and only reads the models: the
+        # models must be out of reach of its writes.
+        if s3_overlap(self.model_store.uri, self.batch.output_uri):
+            raise ValueError(
+                "model_store.uri and batch.output_uri overlap: the batch role, which writes "
+                "under its output prefix, could overwrite published versions"
+            )
         return self
 
     def table_arn(self) -> str:

@@ -25,7 +25,12 @@ Shape, and why:
 - the submitter's pod is ours only to harden it (non-root, no API token, no AWS role, sized);
   KubeRay fills in its command;
 - the table, region and output URI are in every Ray container's environment (the OFFERS_
-  settings app.batch reads); credentials come from IRSA, as for the replicas.
+  settings app.batch reads); credentials come from IRSA, as for the replicas;
+- the version loads from the model store, as the replicas' does (the image holds no model):
+  the entrypoint passes `--artifacts <model_store.uri>`, and every Ray pod has the
+  RayService's node cache (app.k8s.rayservice.model_cache). The driver reads the version's
+  manifest through the head's cache and each scoring actor materializes the version into its
+  worker's, so head and workers both need the batch role's read of the models prefix.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from app.k8s.profile import (
     k8s_quantity_cpu,
     k8s_quantity_gib,
 )
-from app.k8s.rayservice import DASHBOARD_PORT, METRICS_PORT, RAY_GID, RAY_UID
+from app.k8s.rayservice import DASHBOARD_PORT, METRICS_PORT, RAY_GID, RAY_UID, model_cache
 
 # KubeRay names the job's RayCluster `<rayjob>-<5 chars>`, at most 53 characters
 # (ray-operator/controllers/ray/utils/constant.go, MaxRayJobNameLength).
@@ -97,6 +102,9 @@ def entrypoint_argv(profile: ProductionProfile, target: BatchTarget, jobs: int) 
         target.version,
         "--profile",
         target.profile,
+        # The published version, as the replicas load it (serveConfigV2's args.artifacts).
+        "--artifacts",
+        profile.model_store.uri,
         "--segments",
         str(knobs.segments),
         "--read-budget",
@@ -313,8 +321,10 @@ def _pod(
     ports: list[tuple[str, int]],
 ) -> dict[str, Any]:
     resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
+    # The driver (head) and every scoring actor (workers) load the version through it.
+    cache = model_cache(profile)
+    mounts: list[dict[str, Any]] = [cache.mount]
+    volumes: list[dict[str, Any]] = [cache.volume]
     if shm_gib is not None:
         # The object store lives in /dev/shm (the container default is 64 MiB), as on the
         # RayService's workers: a quarter GiB above the store.
@@ -329,6 +339,7 @@ def _pod(
         {"name": "OFFERS_DYNAMODB_TABLE", "value": profile.dynamodb.table},
         {"name": "OFFERS_AWS_REGION", "value": profile.aws.region},
         {"name": "OFFERS_BATCH_OUTPUT_URI", "value": profile.batch.output_uri},
+        cache.env,
     ]
     container: dict[str, Any] = {
         "name": role,
@@ -338,18 +349,17 @@ def _pod(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "ports": [{"name": n, "containerPort": p} for n, p in ports],
         "env": env,
+        "volumeMounts": mounts,
         "securityContext": _container_security(),
     }
     spec: dict[str, Any] = {
-        # IRSA: the batch role's web identity in every container; boto3 and pyarrow's S3
-        # filesystem both take it from the default credential chain.
+        # IRSA: the batch role's web identity in every container; boto3 (the model store)
+        # and pyarrow's S3 filesystem both take it from the default credential chain.
         "serviceAccountName": profile.batch.service_account,
         "securityContext": _security_context(),
         "containers": [container],
+        "volumes": volumes,
     }
-    if mounts:
-        container["volumeMounts"] = mounts
-        spec["volumes"] = volumes
     return {"metadata": {"labels": _labels(instance, f"batch-{role}")}, "spec": spec}
 
 

@@ -8,24 +8,31 @@ Shape, and why:
   as Serve's replica autoscaling asks for more or fewer (enableInTreeAutoscaling);
 - every Ray container gets Serve's process settings (app.config.ray_env): the controller on
   the head, HAProxy on every node and the replicas all read them at start;
+- head and workers run as the serve ServiceAccount (IRSA): the replicas read DynamoDB, the
+  snapshots and the model store, and Serve builds every application on the head, which
+  loads its version from the model store too;
+- every Ray pod has a node cache for the model store's versions (an emptyDir): the image
+  holds no model;
 - `upgradeStrategy: NewCluster`: a change to the cluster (image, pods) starts a new
   cluster, moves the Serve service over once its applications are healthy, then deletes
   the old one. A change to serveConfigV2 alone (canary weights, knobs, a new version) is
-  applied in place, with no new cluster;
+  applied in place, with no new cluster; nothing in rayClusterConfig depends on which
+  versions are served (the image tag, the edge limits), so a new version is such a change;
 - probes are left to KubeRay, which injects Ray's own health checks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from app.config.edge import EDGE_ENV
 from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.router_args import RouterAppArgs
 from app.k8s.dockerfile import EDGE_BINARY
 from app.k8s.profile import ProductionProfile, k8s_quantity_cpu, k8s_quantity_gib
-from app.local.serve_config import edge_config
+from app.local.serve_config import ROUTER_IMPORT_PATH, edge_config
 
 SERVE_PORT = 8000
 METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
@@ -33,6 +40,8 @@ HAPROXY_METRICS_PORT = 9101  # Serve's HAProxy exporter (RAY_SERVE_HAPROXY_METRI
 DASHBOARD_PORT = 8265
 API_KEY_MOUNT = "/etc/dynamic-offers/api-key"
 API_KEY_FILE_KEY = "sha256"
+# OFFERS_MODEL_CACHE_DIR on every Ray pod: the model store's node cache, an emptyDir.
+MODEL_CACHE_MOUNT = "/home/ray/model-cache"
 # The official Ray image runs as `ray` (uid 1000, group users 100); the Dockerfile keeps it.
 RAY_UID = 1000
 RAY_GID = 100
@@ -40,10 +49,39 @@ UPGRADE_STRATEGY = "NewCluster"
 
 
 def image_tag(project_version: str, build: str, ray_version: str, python: str) -> str:
-    """<project version>-build.<fingerprint>-ray<Ray>-py<Python>: new code, pins or baked
-    artifacts are a new tag (app.k8s.render.build_fingerprint), and the tag names the Ray
-    and Python it runs."""
+    """<project version>-build.<fingerprint>-ray<Ray>-py<Python>: new code or pins are a new
+    tag (app.k8s.render.build_fingerprint), a new ensemble version is not (the image holds
+    no model), and the tag names the Ray and Python it runs."""
     return f"{project_version}-build.{build}-ray{ray_version}-py{python.replace('.', '')}"
+
+
+class NodeCache(NamedTuple):
+    """The model store's node cache of one Ray pod: its volume, the container's mount of it,
+    and the variable that points app.adapters.model_store at the mount."""
+
+    volume: dict[str, Any]
+    mount: dict[str, Any]
+    env: dict[str, str]
+
+
+def model_cache(profile: ProductionProfile) -> NodeCache:
+    """The model store's node cache (app.adapters.model_store), on every Ray pod that loads a
+    version: the RayService's (replicas, and the head, which builds the applications) and the
+    batch RayJobs' (the driver and the scoring actors). A pod is one Ray node, so every
+    process of the node shares it: one download per version and pod, under the store's file
+    lock. It outlives a restart of the Ray container (the node comes back on its verified
+    copies), and its size limit is the pod's own: a cache grown past it evicts this pod,
+    whose replacement fetches only what it needs then, instead of filling the node's disk
+    under other pods. On disk: memory is the replicas' and actors'."""
+    name = "model-cache"
+    return NodeCache(
+        volume={
+            "name": name,
+            "emptyDir": {"sizeLimit": k8s_quantity_gib(profile.model_store.cache_gib)},
+        },
+        mount={"name": name, "mountPath": MODEL_CACHE_MOUNT},
+        env={"name": "OFFERS_MODEL_CACHE_DIR", "value": MODEL_CACHE_MOUNT},
+    )
 
 
 def rayservice(
@@ -51,10 +89,10 @@ def rayservice(
 ) -> dict[str, Any]:
     workers = profile.workers
     # Admission at the edge (app.edge): Serve starts the image's offers-haproxy as its
-    # HAProxy on every node, with the served applications' limits.
+    # HAProxy on every node, with the limits of the applications clients reach through it.
     edge = {
         "RAY_SERVE_HAPROXY_BINARY_PATH": EDGE_BINARY,
-        EDGE_ENV: edge_config(yaml.safe_load(serve_config_v2)).model_dump_json(),
+        EDGE_ENV: edge_config(front_doors(yaml.safe_load(serve_config_v2))).model_dump_json(),
     }
     return {
         "apiVersion": "ray.io/v1",
@@ -96,11 +134,16 @@ def rayservice(
                         profile,
                         image=image,
                         role="ray-head",
-                        # No serviceAccountName: KubeRay then gives the head its own account
-                        # and binds the autoscaler sidecar's RBAC (patch pods, RayClusters) to
-                        # it. The head runs no replicas and never reads DynamoDB, so it needs
-                        # neither the AWS role nor to share an account with the replicas.
-                        service_account=None,
+                        # The serve account: Serve builds each application in a zero-CPU task
+                        # the controller starts, which Ray's default scheduling runs on the
+                        # controller's node, the head; the build loads the version from the
+                        # model store, which only the serve role reads. KubeRay binds the
+                        # autoscaler sidecar's RBAC (patch pods, RayClusters) to the head's
+                        # account when one is named; the sidecar needs the API token the
+                        # account does not mount, so this pod mounts it (the workers, same
+                        # account, still have none).
+                        service_account=profile.service_account,
+                        api_token=True,
                         cpu=profile.head.cpu,
                         memory_gib=profile.head.memory_gib,
                         shm_gib=None,
@@ -132,6 +175,7 @@ def rayservice(
                             image=image,
                             role="ray-worker",
                             service_account=profile.service_account,
+                            api_token=False,
                             cpu=workers.cpu,
                             memory_gib=workers.memory_gib,
                             shm_gib=workers.object_store_gib,
@@ -147,6 +191,27 @@ def rayservice(
             },
         },
     }
+
+
+def front_doors(document: dict[str, Any]) -> dict[str, Any]:
+    """The Serve config with only the applications clients reach through HAProxy: every
+    router, and every ensemble application no router fronts.
+
+    The edge limits are in every Ray container's environment (OFFERS_EDGE, read when Ray
+    starts), so in rayClusterConfig, where any change is a new cluster. A version behind its
+    game's router is reached by the router through Serve handles, not through HAProxy, so
+    leaving it out keeps rayClusterConfig the same when a version is added (weight 0 behind
+    the router): serveConfigV2 alone changes, in place. Its own route still answers, with
+    the edge's limits for unlisted applications (EdgeConfig.unlisted: an answer timeout, no
+    fallback proxy to hang in) and the supervisor's own admission bound (503, Retry-After)."""
+    apps = document.get("applications") or []
+    fronted = {
+        name
+        for app in apps
+        if app.get("import_path") == ROUTER_IMPORT_PATH
+        for name in RouterAppArgs.model_validate(app.get("args") or {}).applications().values()
+    }
+    return {**document, "applications": [a for a in apps if a.get("name") not in fronted]}
 
 
 def _labels(profile: ProductionProfile, component: str) -> dict[str, str]:
@@ -172,7 +237,8 @@ def _pod(
     *,
     image: str,
     role: str,
-    service_account: str | None,
+    service_account: str,
+    api_token: bool,
     cpu: float,
     memory_gib: float,
     shm_gib: float | None,
@@ -180,8 +246,10 @@ def _pod(
     edge: dict[str, str],
 ) -> dict[str, Any]:
     resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
+    cache = model_cache(profile)
     mounts: list[dict[str, Any]] = [
         {"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True},
+        cache.mount,
     ]
     volumes: list[dict[str, Any]] = [
         {
@@ -190,7 +258,8 @@ def _pod(
                 "secretName": profile.api_key_secret,
                 "items": [{"key": API_KEY_FILE_KEY, "path": API_KEY_FILE_KEY}],
             },
-        }
+        },
+        cache.volume,
     ]
     if shm_gib is not None:
         # The object store lives in /dev/shm; the container default (64 MiB) is too small.
@@ -207,11 +276,12 @@ def _pod(
     env.append(
         {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
     )
-    identity = (
-        # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the
-        # role's web identity (its own projected token); boto3's default chain picks it up.
-        {"serviceAccountName": service_account} if service_account is not None else {}
-    )
+    env.append(cache.env)
+    # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the role's
+    # web identity (its own projected token); boto3's default chain picks it up.
+    identity: dict[str, Any] = {"serviceAccountName": service_account}
+    if api_token:
+        identity["automountServiceAccountToken"] = True
     return {
         "metadata": {"labels": _labels(profile, role)},
         "spec": {

@@ -27,7 +27,6 @@ from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
 from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import BUILDER_IMPORT_PATH
-from models import recipes
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 DEFAULT_OUT = PROJECT_ROOT / "k8s"
@@ -120,7 +119,7 @@ def render(
     sources = f"{_name(config_path)} and {_name(profile_path)}"
     header = HEADER.format(sources=sources)
     tag = image_tag(
-        pins.project_version, build_fingerprint(PROJECT_ROOT, served), pins.ray_version, pins.python
+        pins.project_version, build_fingerprint(PROJECT_ROOT), pins.ray_version, pins.python
     )
     image = f"{profile.image.repository}:{tag}"
     serve_config_v2 = to_yaml(
@@ -172,10 +171,11 @@ def render(
     files["iam/serve-trust-policy.json"] = to_json(iam.serve_trust_policy(profile))
     files["iam/batch-policy.json"] = to_json(iam.batch_policy(profile))
     files["iam/batch-trust-policy.json"] = to_json(iam.batch_trust_policy(profile))
+    # For the release identity that runs `offers publish` (no trust policy: not a pod's).
+    files["iam/publish-policy.json"] = to_json(iam.publish_policy(profile))
     files["Dockerfile"] = dockerfile.dockerfile(
         ray_version=pins.ray_version,
         python=pins.python,
-        versions=served,
         header="".join(f"# {line}\n" for line in header.splitlines()),
     )
     files[".gitignore"] = (
@@ -185,21 +185,19 @@ def render(
     return Rendered(files=files, demand=demand, image=image)
 
 
-# What goes into the image besides the base: a change to any of it is a new tag.
+# What goes into the image besides the base: a change to any of it is a new tag. No model:
+# the served versions are not an input, so adding one leaves the tag (and rayClusterConfig)
+# alone.
 IMAGE_SOURCES = ("app/**/*.py", "models/*.py", "pyproject.toml", "constraints.txt")
 
 
-def build_fingerprint(root: Path, served: list[tuple[str, str, str]]) -> str:
-    """8 hex over the image's sources and the training configs of every served (profile,
-    game, version) (models.recipes.training_config_hash: what decides the baked artifacts,
-    known without training). Same inputs, same tag; a code, pin or model change, a new tag,
-    so `IfNotPresent` nodes never run a stale image under a reused tag."""
+def build_fingerprint(root: Path) -> str:
+    """8 hex over the image's sources. Same sources, same tag; a code or pin change, a new
+    tag, so `IfNotPresent` nodes never run a stale image under a reused tag."""
     digest = hashlib.sha256()
     files = sorted({p for pattern in IMAGE_SOURCES for p in root.glob(pattern) if p.is_file()})
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for p, g, v in sorted(set(served)):
-        digest.update(f"{p}/{g}/{v}:{recipes.training_config_hash(g, v, p)}\n".encode())
     return digest.hexdigest()[:8]
 
 

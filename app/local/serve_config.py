@@ -164,7 +164,23 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
             retry_after_s=math.ceil(args.retry_after_s),
             answer_timeout_ms=math.ceil(args.request_budget_ms) + ANSWER_GRACE_MS,
         )
-    return EdgeConfig(backends=backends)
+    return EdgeConfig(backends=backends, unlisted=unlisted_limits(list(backends.values())))
+
+
+def unlisted_limits(listed: list[BackendLimits]) -> BackendLimits | None:
+    """The edge's limits for an application the config does not list (one added later by
+    `serve deploy`): the most lenient of the listed ones, field by field, so that it is
+    never refused or cut short where a listed application would not be; it keeps its own
+    supervisors' admission, this only bounds the wait (EdgeConfig.unlisted)."""
+    if not listed:
+        return None
+    return BackendLimits(
+        max_in_flight=max(b.max_in_flight for b in listed),
+        queue_timeout_ms=max(b.queue_timeout_ms for b in listed),
+        max_queued=max(b.max_queued for b in listed),
+        retry_after_s=max(b.retry_after_s for b in listed),
+        answer_timeout_ms=max(b.answer_timeout_ms for b in listed),
+    )
 
 
 def edge_env(path: Path) -> dict[str, str]:

@@ -6,6 +6,7 @@ import json
 import subprocess
 
 import pytest
+import yaml
 
 from app.config.edge import BackendLimits, EdgeConfig
 from app.core.admission import OVERLOADED_DETAIL
@@ -276,3 +277,38 @@ def test_a_backend_with_no_replica_listed_keeps_serves_proxy(rendered, tmp_path)
     # The other listed backend still lists its replicas, and so has no fallback.
     router = [s for s in section(out, f"backend {backend_name(ROUTER)}") if s.startswith("server")]
     assert router and not [s for s in router if " backup" in s]
+
+
+def test_an_application_the_config_does_not_list_gets_the_unlisted_limits(rendered, tmp_path):
+    """An application deployed after Ray started (a release) is not in the edge config: with
+    `unlisted` limits it still has an answer timeout and no fallback proxy to hang a login
+    in while it has a replica listed."""
+    lenient = BackendLimits(
+        max_in_flight=32,
+        queue_timeout_ms=500,
+        retry_after_s=1,
+        max_queued=16,
+        answer_timeout_ms=ANSWER_TIMEOUT_MS,
+    )
+    result = rewrite(rendered, EDGE.model_copy(update={"unlisted": lenient}), tmp_path)
+    body = section(result.text, f"backend {backend_name(UNLISTED)}")
+    servers = [s for s in body if s.startswith("server ")]
+    assert servers and all(s.endswith("maxconn 32") for s in servers)
+    assert f"timeout server {ANSWER_TIMEOUT_MS}ms" in body
+    assert {s.split()[1] for s in body if s.startswith("errorfile ")} == {"502", "503", "504"}
+    # Serve's default and request-router backends are not applications: left alone.
+    assert section(result.text, "backend default_backend") == section(
+        rendered, "backend default_backend"
+    )
+
+
+def test_the_unlisted_limits_are_the_most_lenient_of_the_configs():
+    from app.local.processes import PROJECT_ROOT
+    from app.local.serve_config import edge_config
+
+    edge = edge_config(yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text()))
+    assert edge.unlisted is not None
+    for field in ("max_in_flight", "queue_timeout_ms", "max_queued", "answer_timeout_ms"):
+        assert getattr(edge.unlisted, field) == max(
+            getattr(b, field) for b in edge.backends.values()
+        )

@@ -18,16 +18,33 @@ each needs:
 
 `allows` evaluates an IAM policy for one such request (Allow statements, `*`/`?` wildcards in
 resources, StringLike conditions; a condition key absent from the request fails).
+
+`RecordingS3Client` is the same for boto3, as app.adapters.model_store calls it: a local
+folder as one bucket, every call recorded as the requests IAM evaluates and answered as S3
+answers a caller with a given policy (403 when refused, 404 for a missing key only to a
+caller that may list it):
+
+- get_object: GetObject (s3:GetObject); a missing key, s3:ListBucket with `s3:prefix` = the
+  key, decides 404 or 403;
+- download_file: HeadObject, then GetObject (s3:GetObject both);
+- upload_file, put_object: s3:PutObject (a multipart upload's parts are PutObject too);
+- list_objects_v2 (its paginator): s3:ListBucket with `s3:prefix` = the Prefix.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
+from botocore.exceptions import ClientError
 
 
 @dataclass(frozen=True)
@@ -166,3 +183,78 @@ class RecordingS3(pafs.FileSystemHandler):
 
     def open_append_stream(self, path: str, metadata: Any) -> Any:
         raise AssertionError("S3 has no append")
+
+
+@dataclass
+class RecordingS3Client:
+    """A local folder (`root`) as the bucket `bucket`, for a caller whose identity policy is
+    `policy` (None: every request allowed, as for the publisher that fills it)."""
+
+    root: Path
+    bucket: str
+    policy: dict[str, Any] | None = None
+    requests: list[S3Request] = field(default_factory=list)
+
+    def _check(self, request: S3Request, operation: str) -> None:
+        self.requests.append(request)
+        if self.policy is not None and not allows(self.policy, request):
+            raise _client_error(403, "AccessDenied", operation)
+
+    def _object(self, bucket: str, key: str) -> Path:
+        assert bucket == self.bucket, f"{bucket} is not the recorded bucket {self.bucket}"
+        return self.root / key
+
+    def _readable(self, bucket: str, key: str, operation: str) -> Path:
+        self._check(S3Request("s3:GetObject", f"arn:aws:s3:::{bucket}/{key}"), operation)
+        path = self._object(bucket, key)
+        if not path.is_file():
+            self._check(S3Request("s3:ListBucket", f"arn:aws:s3:::{bucket}", key), operation)
+            raise _client_error(404, "NoSuchKey", operation)
+        return path
+
+    def _write(self, bucket: str, key: str, body: bytes, operation: str) -> None:
+        self._check(S3Request("s3:PutObject", f"arn:aws:s3:::{bucket}/{key}"), operation)
+        path = self._object(bucket, key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(body)
+
+    # -- boto3's S3 client, the calls the model store makes
+    def get_object(self, *, Bucket: str, Key: str) -> dict[str, Any]:
+        return {"Body": io.BytesIO(self._readable(Bucket, Key, "GetObject").read_bytes())}
+
+    def download_file(self, bucket: str, key: str, filename: str) -> None:
+        self._readable(bucket, key, "HeadObject")
+        shutil.copyfile(self._readable(bucket, key, "GetObject"), filename)
+
+    def upload_file(self, filename: str, bucket: str, key: str) -> None:
+        self._write(bucket, key, Path(filename).read_bytes(), "PutObject")
+
+    def put_object(self, *, Bucket: str, Key: str, Body: bytes) -> None:
+        self._write(Bucket, Key, Body, "PutObject")
+
+    def get_paginator(self, name: str) -> RecordingS3Client:
+        assert name == "list_objects_v2", name
+        return self
+
+    def paginate(self, *, Bucket: str, Prefix: str) -> Iterator[dict[str, Any]]:
+        self._check(S3Request("s3:ListBucket", f"arn:aws:s3:::{Bucket}", Prefix), "ListObjectsV2")
+        found = sorted(p for p in self.root.rglob("*") if p.is_file())
+        keys = [(str(p.relative_to(self.root)), p) for p in found]
+        yield {
+            "Contents": [
+                {
+                    "Key": key,
+                    "Size": path.stat().st_size,
+                    "LastModified": datetime.fromtimestamp(path.stat().st_mtime, UTC),
+                }
+                for key, path in keys
+                if key.startswith(Prefix)
+            ]
+        }
+
+
+def _client_error(status: int, code: str, operation: str) -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}},
+        operation,
+    )

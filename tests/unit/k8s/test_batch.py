@@ -1,5 +1,6 @@
 """The batch-scoring RayJobs (k8s/batch/): what they run, as whom, with which rights, on
-which pods; and both IAM roles against the S3 calls the snapshot's writer and reader make."""
+which pods; and both IAM roles against the S3 calls the snapshot's writer and reader make.
+The batch role against the model store's calls: test_model_store_access.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from app.adapters import snapshot_store
 from app.batch.cli import parser, to_args
 from app.contract import offer_snapshot as snap
 from app.k8s import iam
+from app.k8s.profile import k8s_quantity_gib
 from app.k8s.rayjob import BatchConfigError, BatchTarget, batch_documents, job_name
 from app.k8s.render import DEFAULT_OUT
 from app.local.serve_config import BUILDER_IMPORT_PATH
@@ -32,6 +34,7 @@ BATCH_OPTIONS = {
     "--game",
     "--version",
     "--profile",
+    "--artifacts",
     "--segments",
     "--read-budget",
     "--read-budget-unit",
@@ -82,9 +85,18 @@ def test_one_rayjob_per_served_version_runs_app_batch_on_it(rayjobs, serve_confi
         assert args.batch_size == knobs.batch_size
         assert args.read_budget_unit == knobs.read_budget_unit
         assert args.output_uri is None  # OFFERS_BATCH_OUTPUT_URI, where supervisors look
+        # The published version, from the store the replicas load it from: the image holds
+        # no model, so a local folder (artifacts_root) would not be there.
+        assert args.artifacts == profile.model_store.uri
+        assert args.artifacts_root is None
+        assert args.version_source() == f"{profile.model_store.uri}/{args.game}/{args.version}"
         budgets += args.read_budget_per_s
         assert name == f"batch/rayjob-{args.game}-{args.version}.yaml"
     assert set(scored) == served and len(rayjobs) == len(served)
+    # The very store serveConfigV2 loads every served version from.
+    assert {a["args"]["artifacts"] for a in served_apps(serve_config_v2)} == {
+        profile.model_store.uri
+    }
     # The jobs run at once: together they read what the profile allows, no more.
     assert budgets == pytest.approx(profile.batch.job.table_read_budget_per_s)
 
@@ -123,7 +135,8 @@ def test_head_and_workers_run_as_the_batch_account_which_has_the_batch_role(
     for job in rayjobs.values():
         cluster = job["spec"]["rayClusterSpec"]
         assert cluster["enableInTreeAutoscaling"] is False
-        # The driver (snapshot) on the head and the workers (Scan, Parquet) both need AWS.
+        # The driver (the version's manifest, the snapshot) on the head and the workers
+        # (the version, the Scan, Parquet) all need AWS: the batch role, never none.
         for template in ray_templates(job):
             assert template["spec"]["serviceAccountName"] == name
         assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
@@ -152,6 +165,37 @@ def test_every_ray_container_reads_the_table_and_writes_where_supervisors_look(
             assert tuple(env[k] for k in BATCH_ENV) == expected
             assert not [k for k in env if k.startswith("AWS_")]  # IRSA only
             assert "OFFERS_DYNAMODB_ENDPOINT_URL" not in env
+
+
+def test_every_ray_pod_loads_the_version_through_the_services_node_cache(
+    rayjobs, rayservice, profile
+):
+    """The driver (head) and the scoring actors (workers) materialize the version into
+    OFFERS_MODEL_CACHE_DIR: the same volume, mount and variable as the RayService's pods."""
+
+    def cache_of(template):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        folder = {e["name"]: e["value"] for e in container["env"]}["OFFERS_MODEL_CACHE_DIR"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        return folder, mount, volume
+
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    (expected,) = {
+        json.dumps(cache_of(t), sort_keys=True)
+        for t in [cluster["headGroupSpec"]["template"]]
+        + [g["template"] for g in cluster["workerGroupSpecs"]]
+    }
+    for job in rayjobs.values():
+        for template in ray_templates(job):
+            folder, mount, volume = cache_of(template)
+            assert json.dumps((folder, mount, volume), sort_keys=True) == expected
+            assert not mount.get("readOnly")
+            # Bounded, on disk: memory is the actors'.
+            assert volume["emptyDir"] == {
+                "sizeLimit": k8s_quantity_gib(profile.model_store.cache_gib)
+            }
 
 
 def test_the_rayjobs_run_the_services_image_as_non_root(rayjobs, rayservice):
@@ -247,7 +291,9 @@ def test_the_profile_refuses_unsafe_batch_settings(profile, change, message):
         type(profile).model_validate(document)
 
 
-def test_the_batch_role_scans_the_one_table_and_writes_only_under_the_prefix(profile):
+def test_the_batch_role_scans_the_one_table_writes_only_under_the_prefix_reads_the_models(
+    profile,
+):
     statements = policy("batch-policy.json")["Statement"]
     assert all(s["Effect"] == "Allow" for s in statements)
     assert all(set(s) <= {"Sid", "Effect", "Action", "Resource", "Condition"} for s in statements)
@@ -260,24 +306,39 @@ def test_the_batch_role_scans_the_one_table_and_writes_only_under_the_prefix(pro
             "s3:GetObject",
             "s3:DeleteObject",
             "s3:ListBucket",
+            # The model store: read-only.
+            "s3:GetObject",
+            "s3:ListBucket",
         ]
     )
     assert not [a for a in actions if "*" in a or "?" in a]  # no wildcard action
     bucket, prefix = profile.batch.bucket(), profile.batch.prefix()
+    store_bucket, store_prefix = profile.model_store.bucket(), profile.model_store.prefix()
     aws = profile.aws
     table_arn = f"arn:aws:dynamodb:{aws.region}:{aws.account_id}:table/{profile.dynamodb.table}"
+    listings, model_reads = set(), 0
     for s in statements:
         service = {a.split(":")[0] for a in s["Action"]}
         assert len(service) == 1, s
         if service == {"dynamodb"}:
             assert s["Resource"] == [table_arn] and "Condition" not in s
         elif s["Action"] == ["s3:ListBucket"]:
-            assert s["Resource"] == [f"arn:aws:s3:::{bucket}"]
-            assert s["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
+            (resource,) = s["Resource"]
+            (listed,) = s["Condition"]["StringLike"]["s3:prefix"]
+            assert s["Condition"] == {"StringLike": {"s3:prefix": [listed]}}
+            listings.add((resource, listed))
+        elif s["Resource"] == [f"arn:aws:s3:::{store_bucket}/{store_prefix}/*"]:
+            assert s["Action"] == ["s3:GetObject"] and "Condition" not in s  # never a write
+            model_reads += 1
         else:
             (resource,) = s["Resource"]
             assert resource.startswith(f"arn:aws:s3:::{bucket}/{prefix}/"), resource
             assert "Condition" not in s
+    assert listings == {
+        (f"arn:aws:s3:::{bucket}", f"{prefix}/*"),
+        (f"arn:aws:s3:::{store_bucket}", f"{store_prefix}/*"),
+    }
+    assert model_reads == 1
     # Deleting is for the snapshot's temporary name only: never a finished run's files.
     run = f"arn:aws:s3:::{bucket}/{prefix}/game=g/version=v/run=20261123T000000Z"
     denied = [f"{run}/{snap.SNAPSHOT_FILENAME}", f"{run}/part-0.parquet", f"{run}/_SUCCESS.json"]

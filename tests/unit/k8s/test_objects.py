@@ -15,7 +15,7 @@ import ray
 from app.k8s import dockerfile
 from app.k8s.render import DASHBOARD_JSON, DEFAULT_OUT, LOCAL_SECRET_FILES
 from app.local.processes import PROJECT_ROOT
-from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
+from app.local.serve_config import ROUTER_IMPORT_PATH
 
 pytestmark = pytest.mark.unit
 
@@ -59,13 +59,13 @@ def test_the_strict_kubernetes_check_is_not_vacuous(committed):
         kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
 
 
-def test_the_serve_role_reads_only_the_one_table_and_the_batch_snapshots(profile):
+def test_the_serve_role_reads_only_the_table_the_snapshots_and_the_published_versions(profile):
     policy = json.loads((DEFAULT_OUT / "iam" / "serve-policy.json").read_text())
     statements = policy["Statement"]
     assert statements and all(s["Effect"] == "Allow" for s in statements)
     actions = [a for s in statements for a in s["Action"]]
     assert sorted(actions) == sorted(
-        ["dynamodb:GetItem", "dynamodb:BatchGetItem", "s3:GetObject", "s3:ListBucket"]
+        ["dynamodb:GetItem", "dynamodb:BatchGetItem"] + ["s3:GetObject", "s3:ListBucket"] * 2
     )
     assert not [a for a in actions if "*" in a]  # no wildcard action
     aws = profile.aws
@@ -73,14 +73,32 @@ def test_the_serve_role_reads_only_the_one_table_and_the_batch_snapshots(profile
     dynamodb = [s for s in statements if s["Action"][0].startswith("dynamodb:")]
     assert {r for s in dynamodb for r in s["Resource"]} == {table_arn}
     assert "*" not in json.dumps(dynamodb)  # no wildcard table, index or stream
-    # S3 (the precomputed tier): read-only, the snapshot files under the batch output prefix,
-    # listing only under it (tests/unit/k8s/test_batch.py runs the reader against this).
-    bucket, prefix = profile.batch.bucket(), profile.batch.prefix()
-    s3 = {s["Action"][0]: s for s in statements if s["Action"][0].startswith("s3:")}
-    assert s3["s3:GetObject"]["Resource"] == [f"arn:aws:s3:::{bucket}/{prefix}/*/_offers.snapshot"]
-    assert s3["s3:ListBucket"]["Resource"] == [f"arn:aws:s3:::{bucket}"]
-    assert s3["s3:ListBucket"]["Condition"] == {"StringLike": {"s3:prefix": [f"{prefix}/*"]}}
-    assert all(len(s["Action"]) == 1 for s in s3.values())
+    # S3, read-only: the snapshot files under the batch output prefix (the precomputed tier;
+    # tests/unit/k8s/test_batch.py runs the reader against this) and everything under the
+    # model store's prefix (the published versions; test_model_store_access.py runs the
+    # store against it), each listed only under its prefix.
+    batch, store = profile.batch, profile.model_store
+    s3 = [s for s in statements if s["Action"][0].startswith("s3:")]
+    assert all(len(s["Action"]) == 1 for s in s3)
+    reads = sorted(r for s in s3 if s["Action"] == ["s3:GetObject"] for r in s["Resource"])
+    assert reads == sorted(
+        [
+            f"arn:aws:s3:::{batch.bucket()}/{batch.prefix()}/*/_offers.snapshot",
+            f"arn:aws:s3:::{store.bucket()}/{store.prefix()}/*",
+        ]
+    )
+    listings = sorted(
+        (r, tuple(s["Condition"]["StringLike"]["s3:prefix"]))
+        for s in s3
+        if s["Action"] == ["s3:ListBucket"]
+        for r in s["Resource"]
+    )
+    assert listings == sorted(
+        [
+            (f"arn:aws:s3:::{batch.bucket()}", (f"{batch.prefix()}/*",)),
+            (f"arn:aws:s3:::{store.bucket()}", (f"{store.prefix()}/*",)),
+        ]
+    )
     assert all(set(s) <= {"Sid", "Effect", "Action", "Resource", "Condition"} for s in statements)
     assert ["Condition" in s for s in statements] == [
         "s3:ListBucket" in s["Action"] for s in statements
@@ -100,12 +118,19 @@ def test_only_the_services_account_can_assume_the_role(profile, committed, rayse
     role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert role == f"arn:aws:iam::{profile.aws.account_id}:role/{profile.aws.serve_role_name}"
     cluster = rayservice["spec"]["rayClusterConfig"]
-    # Replicas run on workers: they get the role. The head keeps KubeRay's own account, to
-    # which KubeRay binds the autoscaler sidecar's RBAC; with our account (no API token
-    # mounted) the autoscaler could not add or remove a single worker.
-    assert "serviceAccountName" not in cluster["headGroupSpec"]["template"]["spec"]
-    for group in cluster["workerGroupSpecs"]:
-        assert group["template"]["spec"]["serviceAccountName"] == account["metadata"]["name"]
+    # Replicas run on workers, and Serve builds the applications on the head, loading their
+    # versions from the model store: both get the role.
+    head = cluster["headGroupSpec"]["template"]["spec"]
+    workers = [g["template"]["spec"] for g in cluster["workerGroupSpecs"]]
+    for spec in [head, *workers]:
+        assert spec["serviceAccountName"] == account["metadata"]["name"]
+    # The account mounts no API token. KubeRay binds the autoscaler sidecar's RBAC to the
+    # head's account: the head pod alone mounts the token, or the autoscaler could not add or
+    # remove a single worker; the workers never get one.
+    assert account["automountServiceAccountToken"] is False
+    assert head["automountServiceAccountToken"] is True
+    assert all("automountServiceAccountToken" not in spec for spec in workers)
+    assert cluster["enableInTreeAutoscaling"] is True
     assert cluster["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"  # no replica there
 
 
@@ -130,25 +155,20 @@ def test_the_api_key_digest_comes_from_a_mounted_secret_never_inline(committed, 
             assert not re.search(r"\b[0-9a-f]{64}\b", path.read_text()), path
 
 
-def test_the_image_is_the_pinned_ray_image_with_the_served_artifacts(serve_config_v2, rayservice):
+def test_the_image_is_the_pinned_ray_image_with_no_model(rayservice):
     text = (DEFAULT_OUT / "Dockerfile").read_text()
     python = f"{sys.version_info.major}{sys.version_info.minor}"
     froms = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
     assert froms[0] == f"rayproject/ray:{ray.__version__}-py{python}-cpu"
     assert re.search(r"^RUN pip install .*-c constraints\.txt \.", text, re.MULTILINE)
     assert re.search(r"^COPY .*constraints\.txt", text, re.MULTILINE)
-    served = {
-        (a["args"]["profile"], a["args"]["game"], a["args"]["version"])
-        for a in serve_config_v2["applications"]
-        if a["import_path"] == BUILDER_IMPORT_PATH
-    }
-    root = re.search(r"^ENV OFFERS_ARTIFACTS_ROOT=(\S+)$", text, re.MULTILINE).group(1)
-    copied = set(
-        re.findall(
-            rf"^COPY \S+ models/artifacts/(\S+)/(\S+)/(\S+)/ {root}/\1/\2/\3/$", text, re.MULTILINE
-        )
-    )
-    assert copied == served  # whole version folders: models and manifest.json with checksums
+    # No trained artifact: versions come from the model store, so the image (and its tag)
+    # is the same whatever serve_config.yaml serves.
+    copied = re.findall(r"^COPY \S+ (.+) \S+$", text, re.MULTILINE)
+    assert copied and not [c for c in copied if "artifacts" in c], copied
+    assert "OFFERS_ARTIFACTS_ROOT" not in text
+    # Nor in the build context: trained artifacts are published, never sent to the builder.
+    assert "models/artifacts" in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
     for stage in text.split("\nFROM ")[1:]:
         users = re.findall(r"^USER (\S+)", stage, re.MULTILINE)
         assert users and users[-1] not in {"root", "0"}, stage.splitlines()[0]
@@ -159,6 +179,22 @@ def test_the_image_is_the_pinned_ray_image_with_the_served_artifacts(serve_confi
     for template in ray_pods(rayservice):
         image = template["spec"]["containers"][0]["image"]
         assert image.endswith(f"-ray{ray.__version__}-py{python}"), image
+
+
+def test_every_ray_pod_keeps_the_model_stores_versions_in_a_disk_cache_of_its_own(
+    rayservice, profile
+):
+    from app.k8s.profile import k8s_quantity_gib
+
+    for template in ray_pods(rayservice):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        cache = {e["name"]: e.get("value") for e in container["env"]}["OFFERS_MODEL_CACHE_DIR"]
+        (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == cache]
+        assert not mount.get("readOnly")
+        (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+        # Shared by the pod's replicas, bounded, on disk (memory is what replicas reserve).
+        assert volume["emptyDir"] == {"sizeLimit": k8s_quantity_gib(profile.model_store.cache_gib)}
 
 
 def test_the_kustomizations_apply_files_that_exist(committed):

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import sys
 
 import pytest
+import yaml
 
-from app.k8s.render import DEFAULT_OUT, PROFILE_FILE, render, stale_files, write
+from app.k8s.render import DEFAULT_CONFIG, DEFAULT_OUT, PROFILE_FILE, render, stale_files, write
 from app.local.processes import PROJECT_ROOT
+from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
 pytestmark = pytest.mark.unit
 
@@ -71,26 +74,84 @@ def test_a_profile_error_stops_rendering_with_the_reason(tmp_path):
     assert not out.exists()  # nothing half-written
 
 
-def test_serving_another_set_of_versions_is_another_image_tag(rendered, tmp_path):
-    import yaml
-
-    config = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
+def with_a_new_version(config, game, version, weight):
+    """A Serve config document with one more version of `game`, as a release adds it: an
+    application like the game's newest (its args but the version), and an entry at
+    `weight` in the game's router."""
+    config = copy.deepcopy(config)
     apps = config["applications"]
-    stable_only = [a for a in apps if a["name"] != "galaxy-raiders-2026-11"]
-    for app in stable_only:
-        if "versions" in app.get("args", {}):
-            app["args"]["versions"] = [
-                v for v in app["args"]["versions"] if v["version"] != "2026-11"
-            ]
-    path = tmp_path / "serve_config.yaml"
-    path.write_text(yaml.safe_dump({**config, "applications": stable_only}))
-    other = render(path, DEFAULT_OUT / PROFILE_FILE)
-    assert other.image != rendered.image
-    assert other.image.split("-build.")[0] == rendered.image.split("-build.")[0]
-    assert "2026-11" not in other.files["Dockerfile"] and "2026-10" in other.files["Dockerfile"]
+    (router,) = [
+        a for a in apps if a["import_path"] == ROUTER_IMPORT_PATH and a["args"]["game"] == game
+    ]
+    newest = max(
+        (a for a in apps if a["import_path"] == BUILDER_IMPORT_PATH and a["args"]["game"] == game),
+        key=lambda a: a["args"]["version"],
+    )
+    added = copy.deepcopy(newest)
+    added["name"] = f"{game}-{version}"
+    added["route_prefix"] = f"/{game}/{version}"
+    added["args"]["version"] = version
+    apps.insert(apps.index(newest), added)
+    router["args"]["versions"].append({"version": version, "weight": weight})
+    return config
 
 
-def test_any_change_to_the_image_sources_is_a_new_tag(tmp_path):
+def test_a_new_version_at_weight_0_changes_serve_config_v2_only_and_keeps_the_image(
+    tmp_path, profile
+):
+    local = yaml.safe_load(DEFAULT_CONFIG.read_text())
+    newer = with_a_new_version(local, "galaxy-raiders", "2026-12", weight=0)
+    # The shipped worker group is sized for two versions (make k8s refuses a third): the same
+    # larger one for both renders, so only the config differs.
+    workers = profile.workers
+    bigger = profile.model_copy(
+        update={
+            "workers": workers.model_copy(
+                update={
+                    "min_replicas": 2 * workers.min_replicas,
+                    "max_replicas": 2 * workers.max_replicas,
+                }
+            )
+        }
+    )
+    profile_path = tmp_path / PROFILE_FILE
+    profile_path.write_text(yaml.safe_dump(bigger.model_dump(), sort_keys=False))
+    renders = {}
+    for name, config in (("before", local), ("after", newer)):
+        path = tmp_path / name / "conf" / "serve_config.yaml"  # one name in both headers
+        path.parent.mkdir(parents=True)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        renders[name] = render(path, profile_path)
+    before, after = renders["before"], renders["after"]
+
+    assert after.image == before.image  # no new image to build
+    service = {n for n in before.files if not n.startswith("batch/")}
+    assert {n for n in after.files if not n.startswith("batch/")} == service
+    changed = sorted(n for n in service if after.files[n] != before.files[n])
+    assert changed == ["rayservice.yaml"]
+    old, new = (yaml.safe_load(r.files["rayservice.yaml"]) for r in (before, after))
+    # KubeRay compares rayClusterConfig to decide on a new cluster: it is the same, so the
+    # new serveConfigV2 is applied to the running cluster, in place.
+    assert new["spec"]["rayClusterConfig"] == old["spec"]["rayClusterConfig"]
+    assert new["spec"]["serveConfigV2"] != old["spec"]["serveConfigV2"]
+    for document in (old, new):
+        document["spec"].pop("serveConfigV2")
+    assert new == old
+    # And serveConfigV2 gained the version and its router entry, nothing else.
+    old_apps, new_apps = (
+        {a["name"]: a for a in yaml.safe_load(r["spec"]["serveConfigV2"])["applications"]}
+        for r in (yaml.safe_load(x.files["rayservice.yaml"]) for x in (before, after))
+    )
+    assert set(new_apps) - set(old_apps) == {"galaxy-raiders-2026-12"}
+    assert [n for n in old_apps if new_apps[n] != old_apps[n]] == ["galaxy-raiders"]
+    assert new_apps["galaxy-raiders"]["args"]["versions"][-1] == {"version": "2026-12", "weight": 0}
+    assert new_apps["galaxy-raiders-2026-12"]["args"]["artifacts"] == profile.model_store.uri
+    # The batch RayJobs (applied on their own) get one for the new version.
+    batch = {n for n in after.files if n.startswith("batch/")} - set(before.files)
+    assert batch == {"batch/rayjob-galaxy-raiders-2026-12.yaml"}
+
+
+def test_any_change_to_the_image_sources_is_a_new_tag_and_nothing_else_is(tmp_path):
     from app.k8s.render import build_fingerprint
 
     (tmp_path / "app" / "core").mkdir(parents=True)
@@ -98,14 +159,19 @@ def test_any_change_to_the_image_sources_is_a_new_tag(tmp_path):
     source = tmp_path / "app" / "core" / "offers.py"
     source.write_text("x = 1\n")
     (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
-    served = [("tiny", "galaxy-raiders", "2026-10")]
-    first = build_fingerprint(tmp_path, served)
-    assert build_fingerprint(tmp_path, served) == first
+    first = build_fingerprint(tmp_path)
+    assert build_fingerprint(tmp_path) == first
     source.write_text("x = 2\n")
-    assert build_fingerprint(tmp_path, served) != first
+    assert build_fingerprint(tmp_path) != first
     source.write_text("x = 1\n")
     (tmp_path / "constraints.txt").write_text("ray==2.61.0\n")
-    assert build_fingerprint(tmp_path, served) != first
+    assert build_fingerprint(tmp_path) != first
     (tmp_path / "constraints.txt").write_text("ray==2.60.0\n")
     (tmp_path / "app" / "notes.md").write_text("not in the image\n")
-    assert build_fingerprint(tmp_path, served) == first
+    assert build_fingerprint(tmp_path) == first
+    # Trained versions are not in the image: training one leaves the tag alone.
+    trained = tmp_path / "models" / "artifacts" / "standard" / "galaxy-raiders" / "2026-12"
+    trained.mkdir(parents=True)
+    (trained / "manifest.json").write_text("{}\n")
+    (trained / "member.ubj").write_bytes(b"model")
+    assert build_fingerprint(tmp_path) == first

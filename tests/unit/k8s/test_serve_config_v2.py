@@ -43,15 +43,15 @@ def test_every_change_to_an_applications_args_is_one_the_profile_makes(serve_con
     # Not the generator's merge again: each changed key path must be a path the profile's
     # overrides write, and each override must show in production.
     for local, prod in zip(LOCAL["applications"], serve_config_v2["applications"], strict=True):
-        overrides = (
-            profile.serve.ensemble_args
-            if local["import_path"] == BUILDER_IMPORT_PATH
-            else profile.serve.router_args
-        )
-        allowed = leaf_paths(overrides)
+        ensemble = local["import_path"] == BUILDER_IMPORT_PATH
+        overrides = profile.serve.ensemble_args if ensemble else profile.serve.router_args
+        if ensemble:  # where versions load from: the profile's model store
+            overrides = {**overrides, "artifacts": profile.model_store.uri}
+        # artifacts_root may go (a folder of this checkout), and nothing else.
+        allowed = leaf_paths(overrides) + ([("artifacts_root",)] if ensemble else [])
         for path in changed_paths(local["args"], prod["args"]):
             assert any(path[: len(a)] == a for a in allowed), (local["name"], path)
-        for path in allowed:
+        for path in leaf_paths(overrides):
             value = prod["args"]
             for key in path:
                 value = value[key]
@@ -61,14 +61,24 @@ def test_every_change_to_an_applications_args_is_one_the_profile_makes(serve_con
             assert value == expected, (local["name"], path)
 
 
-def test_local_credentials_never_ship_and_a_digest_in_the_config_is_refused(profile):
+def test_local_credentials_endpoints_and_cache_never_ship_and_a_digest_is_refused(profile):
     app = dict(LOCAL["applications"][0])
-    env = {**app["runtime_env"]["env_vars"], "AWS_SESSION_TOKEN": "t", "AWS_PROFILE": "me"}
+    env = {
+        **app["runtime_env"]["env_vars"],
+        "AWS_SESSION_TOKEN": "t",
+        "AWS_PROFILE": "me",
+        "OFFERS_MODEL_CACHE_DIR": "/home/me/cache",  # the pods' cache volume decides
+    }
     app["runtime_env"] = {"env_vars": env}
     config = production_serve_config({**LOCAL, "applications": [app]}, profile)
     shipped = config["applications"][0]["runtime_env"]["env_vars"]
     assert not [k for k in shipped if k.startswith("AWS_")]
-    assert "OFFERS_DYNAMODB_ENDPOINT_URL" not in shipped
+    for local_only in (
+        "OFFERS_DYNAMODB_ENDPOINT_URL",
+        "OFFERS_S3_ENDPOINT_URL",
+        "OFFERS_MODEL_CACHE_DIR",
+    ):
+        assert local_only in env and local_only not in shipped
     env["OFFERS_API_KEY_SHA256"] = "0" * 64
     with pytest.raises(ProductionConfigError, match="mounted Secret"):
         production_serve_config({**LOCAL, "applications": [app]}, profile)
@@ -90,13 +100,17 @@ def test_applications_are_the_local_ones_with_only_the_documented_overrides(
         for key in ("name", "route_prefix", "import_path", "deployments"):
             assert prod.get(key) == local.get(key), (local["name"], key)
         if local["import_path"] == BUILDER_IMPORT_PATH:
-            assert prod["args"] == deep_merge(local["args"], profile.serve.ensemble_args)
+            assert prod["args"] == {
+                **deep_merge(local["args"], profile.serve.ensemble_args),
+                "artifacts": profile.model_store.uri,
+            }
             local_env = local["runtime_env"]["env_vars"]
+            endpoints = {"OFFERS_DYNAMODB_ENDPOINT_URL", "OFFERS_S3_ENDPOINT_URL"}
             assert prod["runtime_env"]["env_vars"] == {
                 **{
                     k: v
                     for k, v in local_env.items()
-                    if not k.startswith("AWS_") and k != "OFFERS_DYNAMODB_ENDPOINT_URL"
+                    if not k.startswith("AWS_") and k not in endpoints
                 },
                 "OFFERS_DYNAMODB_TABLE": profile.dynamodb.table,
                 "OFFERS_AWS_REGION": profile.aws.region,
@@ -115,8 +129,8 @@ def test_applications_are_the_local_ones_with_only_the_documented_overrides(
     assert top == expected
 
 
-def test_production_plans_its_layout_for_the_cluster_against_real_dynamodb(
-    serve_config_v2, rayservice
+def test_production_plans_its_layout_for_the_cluster_against_real_dynamodb_and_s3(
+    serve_config_v2, rayservice, profile
 ):
     for app in serve_config_v2["applications"]:
         if app["import_path"] == BUILDER_IMPORT_PATH:
@@ -128,14 +142,20 @@ def test_production_plans_its_layout_for_the_cluster_against_real_dynamodb(
             assert args.supervisor.autoscaling.min_replicas >= 2
             assert args.supervisor.max_replicas_per_node == 1
             assert args.members.autoscaling.max_replicas > args.members.autoscaling.min_replicas
-            assert args.artifacts_root is None  # the image's OFFERS_ARTIFACTS_ROOT
+            # Every version from the profile's model store: the image holds none.
+            assert args.artifacts_root is None
+            assert args.version_source() == (
+                f"{profile.model_store.uri}/{args.game}/{args.version}"
+            )
         else:
             assert RouterAppArgs.model_validate(app["args"]).router.autoscaling.min_replicas >= 2
     text = rayservice["spec"]["serveConfigV2"]
     for local_only in (
         "OFFERS_DYNAMODB_ENDPOINT_URL",
+        "OFFERS_S3_ENDPOINT_URL",
         "127.0.0.1",
         "4567",
+        "4569",
         "AWS_SECRET_ACCESS_KEY",
     ):
         assert local_only not in text
@@ -151,6 +171,34 @@ def test_the_benchmarks_throughput_settings_reach_every_ray_container(rayservice
         assert SERVE_PROCESS_ENV.items() <= env.items()
 
 
+def test_the_edge_on_every_pod_bounds_the_front_doors_only(rayservice, serve_config_v2):
+    # OFFERS_EDGE is in the pods' environment (rayClusterConfig): it lists what clients reach
+    # through HAProxy, every router and any version no router fronts, so a version added
+    # behind its router leaves the pods alone.
+    from app.config.edge import EDGE_ENV, EdgeConfig
+    from app.local.serve_config import edge_config
+
+    cluster = rayservice["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    apps = serve_config_v2["applications"]
+    routers = [a for a in apps if a["import_path"] == ROUTER_IMPORT_PATH]
+    fronted = {
+        n for r in routers for n in RouterAppArgs.model_validate(r["args"]).applications().values()
+    }
+    assert fronted and fronted <= {a["name"] for a in apps}
+    front = [a for a in apps if a["name"] not in fronted]
+    expected = edge_config({"applications": front})
+    assert set(expected.backends) == {a["name"] for a in routers}
+    for group in pods:
+        env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert EdgeConfig.model_validate_json(env[EDGE_ENV]) == expected
+    # Without a router, the versions are the front doors, and keep their limits.
+    from app.k8s.rayservice import front_doors
+
+    alone = {"applications": [a for a in apps if a["import_path"] == BUILDER_IMPORT_PATH]}
+    assert front_doors(alone) == alone
+
+
 def test_an_override_that_breaks_the_args_is_refused_with_the_application(profile):
     bad = profile.model_copy(
         update={
@@ -161,11 +209,24 @@ def test_an_override_that_breaks_the_args_is_refused_with_the_application(profil
         production_serve_config(LOCAL, bad)
 
 
-def test_an_unknown_application_kind_or_a_checkout_path_is_refused(profile):
+def test_an_unknown_application_kind_is_refused(profile):
     foreign = {**LOCAL, "applications": [{"name": "x", "import_path": "other:app"}]}
     with pytest.raises(ProductionConfigError, match="neither the ensemble builder"):
         production_serve_config(foreign, profile)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [{"artifacts_root": "/home/me/models"}, {}, {"artifacts": "s3://other-store/models"}],
+    ids=["a checkout folder", "the default folder", "another store"],
+)
+def test_every_ensemble_application_loads_from_the_profiles_store(profile, source):
+    # The image holds no model and the serve role reads one store: whatever the local config
+    # loads from, production loads the published version.
     app = dict(LOCAL["applications"][0])
-    app["args"] = {**app["args"], "artifacts_root": "/home/me/models"}
-    with pytest.raises(ProductionConfigError, match="artifacts_root"):
-        production_serve_config({**LOCAL, "applications": [app]}, profile)
+    args = {k: v for k, v in app["args"].items() if k not in ("artifacts", "artifacts_root")}
+    app["args"] = {**args, **source}
+    (prod,) = production_serve_config({**LOCAL, "applications": [app]}, profile)["applications"]
+    loaded = EnsembleAppArgs.model_validate(prod["args"])
+    assert loaded.artifacts_root is None
+    assert loaded.version_source() == f"{profile.model_store.uri}/{args['game']}/{args['version']}"
