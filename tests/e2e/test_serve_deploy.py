@@ -32,7 +32,7 @@ from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_
 from app.local.publishing import local_model_store
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps, edge_env, local_endpoint
+from app.local.serve_config import configured_apps, edge_env, local_endpoint, local_store
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.systems import ManagedProcess
 from models.population import player_id
@@ -734,6 +734,51 @@ def test_a_version_is_released_through_the_store_while_the_game_route_serves(
         or None,
         "the router back to the config's versions",
     )
+
+
+def test_a_version_tampered_with_in_the_store_fails_its_application_only(
+    deployed_cluster, tmp_path, tiny_version_dir
+):
+    """`serve deploy` of an application whose published version was altered in the store:
+    `serve status` shows it failed, naming the artifact and both hashes; every other
+    application keeps serving."""
+    from app.adapters.model_store import ModelStore
+    from app.local.s3_server import local_s3_client
+
+    apps, *_ = deployed_cluster
+    host, port = local_store(apps)
+    client = local_s3_client(f"http://{host}:{port}")
+    store = ModelStore(client, "s3://offers-models/tampered")
+    store.publish(tiny_version_dir)
+    manifest = load_manifest(tiny_version_dir)
+    entry = manifest.members[0]
+    key = f"tampered/{manifest.game}/{manifest.version}/{entry.artifact}"
+    client.put_object(Bucket="offers-models", Key=key, Body=b"tampered")
+
+    deployed = with_auth_app(tmp_path, tiny_version_dir)
+    document = yaml.safe_load(deployed.read_text())
+    auth = next(a for a in document["applications"] if a["name"] == "auth-check")
+    tampered = {**auth, "name": "tampered-check", "route_prefix": "/tampered-check"}
+    tampered["args"] = {**auth["args"], "artifacts": store.uri}
+    tampered["args"].pop("artifacts_root")
+    document["applications"].append(tampered)
+    path = tmp_path / "serve_config.tampered.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    cli("serve", "deploy", str(path), "--address", DASHBOARD)
+
+    def failed() -> str | None:
+        status = yaml.safe_load(cli("serve", "status", "--address", DASHBOARD).stdout) or {}
+        app = (status.get("applications") or {}).get("tampered-check") or {}
+        return app.get("message") if app.get("status") == "DEPLOY_FAILED" else None
+
+    message = _wait_for(failed, "tampered-check DEPLOY_FAILED", timeout_s=120)
+    assert entry.artifact in message and entry.sha256 in message, message
+    assert hashlib.sha256(b"tampered").hexdigest() in message, message
+    for app in apps:
+        assert post(app.route_prefix, player_id(4)).status_code == 200
+    assert post(GAME_PREFIX, player_id(4)).status_code == 200
+
+    cli("serve", "deploy", str(deployed), "--address", DASHBOARD)
 
 
 def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_cluster, tmp_path):
