@@ -30,9 +30,9 @@ import yaml
 from app.config.edge import EDGE_ENV
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.router_args import RouterAppArgs
+from app.config.serve_document import ROUTER_IMPORT_PATH, edge_config
 from app.k8s.dockerfile import EDGE_BINARY
 from app.k8s.profile import ProductionProfile, k8s_quantity_cpu, k8s_quantity_gib
-from app.local.serve_config import ROUTER_IMPORT_PATH, edge_config
 
 SERVE_PORT = 8000
 METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor

@@ -19,14 +19,14 @@ from typing import Any
 
 import yaml
 
+from app.config.project import PROJECT_ROOT
+from app.config.serve_document import BUILDER_IMPORT_PATH
 from app.k8s import dockerfile, iam, objects
 from app.k8s.profile import load_profile
 from app.k8s.rayjob import BatchTarget, batch_documents
 from app.k8s.rayservice import API_KEY_FILE_KEY, image_tag, rayservice
 from app.k8s.serve_config import production_serve_config
 from app.k8s.sizing import ClusterDemand, check_worker_group, demands
-from app.local.processes import PROJECT_ROOT
-from app.local.serve_config import BUILDER_IMPORT_PATH
 
 DEFAULT_CONFIG = PROJECT_ROOT / "serve_config.yaml"
 DEFAULT_OUT = PROJECT_ROOT / "k8s"

@@ -28,8 +28,8 @@ from typing import Any
 from app.config.app_args import EnsembleAppArgs
 from app.config.knobs import deep_merge
 from app.config.router_args import RouterAppArgs
+from app.config.serve_document import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 from app.k8s.profile import ProductionProfile
-from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
 # Only meaningful against the local servers (dynalite, the local S3-protocol model store):
 # never shipped to a cluster. Every AWS_* variable goes too: on the cluster, credentials come

@@ -16,8 +16,8 @@ from typing import Any
 
 from app.config.app_args import DeploymentArgs, EnsembleAppArgs, MemberLayout
 from app.config.router_args import RouterAppArgs
+from app.config.serve_document import BUILDER_IMPORT_PATH
 from app.k8s.profile import WorkerGroupProfile
-from app.local.serve_config import BUILDER_IMPORT_PATH
 from models import recipes
 
 GIB_IN_MB = 1024.0

@@ -25,7 +25,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+from app.config.project import PROJECT_ROOT as PROJECT_ROOT  # re-exported: the tools name it here
+
 # dynalite accepts any credentials; boto3 still needs some to sign requests.
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 

@@ -10,9 +10,9 @@ import sys
 import pytest
 import yaml
 
+from app.config.serve_document import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 from app.k8s.render import DEFAULT_CONFIG, DEFAULT_OUT, PROFILE_FILE, render, stale_files, write
 from app.local.processes import PROJECT_ROOT
-from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
 pytestmark = pytest.mark.unit
 

@@ -10,10 +10,10 @@ from ray.serve.schema import ServeDeploySchema
 from app.config.app_args import EnsembleAppArgs
 from app.config.knobs import deep_merge
 from app.config.router_args import RouterAppArgs
+from app.config.serve_document import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 from app.k8s.profile import ProductionProfile
 from app.k8s.render import DEFAULT_CONFIG
 from app.k8s.serve_config import ProductionConfigError, production_serve_config
-from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 
 pytestmark = pytest.mark.unit
 
@@ -176,7 +176,7 @@ def test_the_edge_on_every_pod_bounds_the_front_doors_only(rayservice, serve_con
     # through HAProxy, every router and any version no router fronts, so a version added
     # behind its router leaves the pods alone.
     from app.config.edge import EDGE_ENV, EdgeConfig
-    from app.local.serve_config import edge_config
+    from app.config.serve_document import edge_config
 
     cluster = rayservice["spec"]["rayClusterConfig"]
     pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
