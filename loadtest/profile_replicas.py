@@ -30,9 +30,7 @@ from typing import Any
 import psutil
 
 from app.config.settings import get_settings
-from app.local.dynalite import Dynalite
-from app.local.processes import PROJECT_ROOT, free_port
-from app.local.seeding import ensure_table, seed_game
+from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import configured_apps
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.resources import (
@@ -48,7 +46,7 @@ from loadtest.harness.results import (
     study_log,
     study_parser,
 )
-from loadtest.harness.systems import EnsembleSystem, derived_serve_config
+from loadtest.harness.systems import EnsembleSystem, seeded_ensemble
 from models.train import ensure_trained
 
 TABLE = "player-features-profile"
@@ -125,20 +123,19 @@ def run(args: argparse.Namespace) -> Path:
     ensure_trained(
         app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
     )
-    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
-        client = dynalite.client(timeout_s=10.0)
-        ensure_table(client, TABLE)
-        seed_game(client, TABLE, app.args.game, args.players)
-        port = free_port()
-        config, prefix, ray_env = derived_serve_config(
-            args.config,
-            profile=args.profile,
-            port=port,
-            endpoint_url=dynalite.endpoint_url,
-            table=TABLE,
-            out=folder / "serve_config.yaml",
+    with seeded_ensemble(
+        args.config,
+        profile=args.profile,
+        game=app.args.game,
+        players=args.players,
+        table=TABLE,
+        folder=folder,
+    ) as seeded:
+        prefix, port = seeded.route_prefix, seeded.port
+        ensemble = EnsembleSystem(
+            seeded.config, prefix, port, folder / "ensemble.log", seeded.ray_env
         )
-        with EnsembleSystem(config, prefix, port, folder / "ensemble.log", ray_env) as system:
+        with ensemble as system:
             pids = targets(system)
             log(f"ready; profiling {', '.join(pids)}")
             # Ray's own processes use CPU with no login at all: read every role's CPU over

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -125,3 +128,19 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def wait_until(
+    predicate: Callable[[], Any], what: str, timeout_s: float = 60.0, poll_s: float = 0.25
+) -> Any:
+    """The predicate's first truthy value, polled; AssertionError naming `what` after
+    timeout_s (the service's state changes on its own clock: Serve replaces a replica, a
+    router reads a new weight)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen after {timeout_s}s")
+        time.sleep(poll_s)

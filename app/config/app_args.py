@@ -12,7 +12,7 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from app.config.knobs import CoalescingLimits, SupervisorKnobs, deep_merge
+from app.config.knobs import BudgetMs, CoalescingLimits, SupervisorKnobs, deep_merge
 from app.config.settings import get_settings
 from app.config.strict import StrictModel
 from app.contract.artifacts import version_dir
@@ -366,7 +366,7 @@ class EnsembleAppArgs(StrictModel):
         "`offers publish`): replicas load <prefix>/<game>/<version> through their node's cache, "
         "hashes checked before anything is loaded. Unset: the local artifacts_root.",
     )
-    request_budget_ms: float = Field(default=1000.0, gt=0, le=10_000)
+    request_budget_ms: BudgetMs = 1000.0
     quorum: float = Field(
         default=0.5,
         ge=0,

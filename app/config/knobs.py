@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Self
+from typing import Annotated, Any, Self
 
 from pydantic import Field, ValidationError, model_validator
 
 from app.config.strict import FrozenModel
+
+# A login's whole time budget in ms, declared once: the args of an ensemble and of a router,
+# and the live knobs of both, all take it with this bound.
+BudgetMs = Annotated[float, Field(gt=0, le=10_000)]
 
 
 class CoalescingLimits(FrozenModel):
@@ -36,7 +40,7 @@ class CoalescingLimits(FrozenModel):
 class SupervisorKnobs(FrozenModel):
     """The supervisor's user_config, whole (after merging a partial change over the baseline)."""
 
-    request_budget_ms: float = Field(gt=0, le=10_000)
+    request_budget_ms: BudgetMs
     quorum: float = Field(ge=0, le=1)
     straggler_grace_ms: float | None = Field(ge=0)
     # member name -> weight in the aggregate and in the quorum, instead of its trained weight.
@@ -89,7 +93,7 @@ class RouterKnobs(FrozenModel):
     the router's args (RouterAppArgs.knobs())."""
 
     weights: dict[str, float]
-    request_budget_ms: float = Field(gt=0, le=10_000)
+    request_budget_ms: BudgetMs
     failover_reserve_ms: float = Field(ge=0)
 
     @model_validator(mode="after")

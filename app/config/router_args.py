@@ -12,7 +12,7 @@ from app.config.app_args import (
     DeploymentArgs,
     check_reachable_target,
 )
-from app.config.knobs import RouterKnobs
+from app.config.knobs import BudgetMs, RouterKnobs
 from app.config.strict import StrictModel
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
 
@@ -42,9 +42,7 @@ class RouterAppArgs(StrictModel):
     # The stable version first: when a version cannot answer, its players go to the
     # version with the most weight (app.core.offer_routing).
     versions: list[VersionEntry] = Field(min_length=1)
-    request_budget_ms: float = Field(
-        default=1000.0, gt=0, le=10_000, description="a routed login's whole budget"
-    )
+    request_budget_ms: BudgetMs = Field(default=1000.0, description="a routed login's whole budget")
     failover_reserve_ms: float = Field(
         default=250.0,
         ge=0,

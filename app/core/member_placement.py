@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from app.contract.deployments import dedicated_deployment, group_deployment
+
 Placement = Literal["inline", "grouped", "dedicated"]
 
 INLINE = "inline"
-GROUP_PREFIX = "member-group-"
-DEDICATED_PREFIX = "member-"
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def plan_layout(costs: Sequence[MemberCost], inputs: PlanInputs) -> LayoutPlan:
         if share[n] >= inputs.dedicated_share and call[n] > inputs.hop_cpu_ms:
             placement[n] = (
                 "dedicated",
-                DEDICATED_PREFIX + n,
+                dedicated_deployment(n),
                 f"{share[n]:.0%} of the predict cost (>= {inputs.dedicated_share:.0%}) and "
                 f"{call[n]:.2f} ms a call, more than a hop ({inputs.hop_cpu_ms:.2f} ms): "
                 "scales on its own",
@@ -184,7 +184,7 @@ def plan_layout(costs: Sequence[MemberCost], inputs: PlanInputs) -> LayoutPlan:
         if fits:
             where = fits[0]
         elif places < inputs.max_parallel:
-            where = f"{GROUP_PREFIX}{len(groups)}"
+            where = group_deployment(len(groups))
             groups.append(where)
             loads[where] = 0.0
             places += 1

@@ -16,8 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.k8s.pods import RAY_GID, RAY_UID
 from app.k8s.profile import ProductionProfile
-from app.k8s.rayservice import RAY_GID, RAY_UID, SERVE_PORT
+from app.k8s.rayservice import SERVE_PORT
 
 DASHBOARD_FILE = "offers-dashboard.json"
 API_KEY_DIGEST_FILE = "api-key.sha256"

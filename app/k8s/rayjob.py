@@ -28,7 +28,7 @@ Shape, and why:
   settings app.batch reads); credentials come from IRSA, as for the replicas;
 - the version loads from the model store, as the replicas' does (the image holds no model):
   the entrypoint passes `--artifacts <model_store.uri>`, and every Ray pod has the
-  RayService's node cache (app.k8s.rayservice.model_cache). The driver reads the version's
+  RayService's node cache (app.k8s.pods.model_cache). The driver reads the version's
   manifest through the head's cache and each scoring actor materializes the version into its
   worker's, so head and workers both need the batch role's read of the models prefix.
 """
@@ -42,13 +42,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config.batch_args import BatchJobArgs
+from app.k8s.pods import RayPod, container_security, labels, pod_security, ray_pod
 from app.k8s.profile import (
     DNS_1035_LABEL,
     ProductionProfile,
-    k8s_quantity_cpu,
-    k8s_quantity_gib,
 )
-from app.k8s.rayservice import DASHBOARD_PORT, METRICS_PORT, RAY_GID, RAY_UID, model_cache
+from app.k8s.rayservice import DASHBOARD_PORT, METRICS_PORT
 
 # KubeRay names the job's RayCluster `<rayjob>-<5 chars>`, at most 53 characters
 # (ray-operator/controllers/ray/utils/constant.go, MaxRayJobNameLength).
@@ -229,7 +228,7 @@ def rayjob(
         "metadata": {
             "name": name,
             "namespace": profile.namespace,
-            "labels": _labels(name, "batch"),
+            "labels": labels(name, "batch"),
         },
         "spec": {
             "entrypoint": shlex.join(entrypoint_argv(profile, target, jobs)),
@@ -292,23 +291,6 @@ def rayjob(
     }
 
 
-def _labels(instance: str, component: str) -> dict[str, str]:
-    # Not the RayService's instance: its PodMonitor and Serve service never select these.
-    return {
-        "app.kubernetes.io/name": "dynamic-offers",
-        "app.kubernetes.io/instance": instance,
-        "app.kubernetes.io/component": component,
-    }
-
-
-def _security_context() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": RAY_UID, "runAsGroup": RAY_GID, "fsGroup": RAY_GID}
-
-
-def _container_security() -> dict[str, Any]:
-    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-
-
 def _pod(
     profile: ProductionProfile,
     instance: str,
@@ -320,47 +302,28 @@ def _pod(
     shm_gib: float | None,
     ports: list[tuple[str, int]],
 ) -> dict[str, Any]:
-    resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
-    # The driver (head) and every scoring actor (workers) load the version through it.
-    cache = model_cache(profile)
-    mounts: list[dict[str, Any]] = [cache.mount]
-    volumes: list[dict[str, Any]] = [cache.volume]
-    if shm_gib is not None:
-        # The object store lives in /dev/shm (the container default is 64 MiB), as on the
-        # RayService's workers: a quarter GiB above the store.
-        mounts.append({"name": "shared-mem", "mountPath": "/dev/shm"})
-        volumes.append(
-            {
-                "name": "shared-mem",
-                "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib + 0.25)},
-            }
-        )
+    """A batch Ray pod (head: the driver; workers: the scoring actors), as the batch role:
+    both load the version through the node cache. Its labels are not the RayService's
+    instance: its PodMonitor and Serve service never select these."""
     env = [
         {"name": "OFFERS_DYNAMODB_TABLE", "value": profile.dynamodb.table},
         {"name": "OFFERS_AWS_REGION", "value": profile.aws.region},
         {"name": "OFFERS_BATCH_OUTPUT_URI", "value": profile.batch.output_uri},
-        cache.env,
     ]
-    container: dict[str, Any] = {
-        "name": role,
-        "image": image,
-        "imagePullPolicy": profile.image.pull_policy,
-        # Requests equal limits: Ray sizes itself from the limits.
-        "resources": {"requests": dict(resources), "limits": dict(resources)},
-        "ports": [{"name": n, "containerPort": p} for n, p in ports],
-        "env": env,
-        "volumeMounts": mounts,
-        "securityContext": _container_security(),
-    }
-    spec: dict[str, Any] = {
-        # IRSA: the batch role's web identity in every container; boto3 (the model store)
-        # and pyarrow's S3 filesystem both take it from the default credential chain.
-        "serviceAccountName": profile.batch.service_account,
-        "securityContext": _security_context(),
-        "containers": [container],
-        "volumes": volumes,
-    }
-    return {"metadata": {"labels": _labels(instance, f"batch-{role}")}, "spec": spec}
+    return ray_pod(
+        profile,
+        RayPod(
+            role=role,
+            labels=labels(instance, f"batch-{role}"),
+            image=image,
+            service_account=profile.batch.service_account,
+            cpu=cpu,
+            memory_gib=memory_gib,
+            shm_gib=shm_gib,
+            ports=ports,
+            env=env,
+        ),
+    )
 
 
 def _submitter(profile: ProductionProfile, instance: str, *, image: str) -> dict[str, Any]:
@@ -370,18 +333,18 @@ def _submitter(profile: ProductionProfile, instance: str, *, image: str) -> dict
     # the Ray token KubeRay adds to its environment. No command: KubeRay writes it.
     resources = {"cpu": "500m", "memory": "1Gi"}
     return {
-        "metadata": {"labels": _labels(instance, "batch-submitter")},
+        "metadata": {"labels": labels(instance, "batch-submitter")},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
-            "securityContext": _security_context(),
+            "securityContext": pod_security(),
             "containers": [
                 {
                     "name": SUBMITTER_CONTAINER,
                     "image": image,
                     "imagePullPolicy": profile.image.pull_policy,
                     "resources": {"requests": dict(resources), "limits": dict(resources)},
-                    "securityContext": _container_security(),
+                    "securityContext": container_security(),
                 }
             ],
         },

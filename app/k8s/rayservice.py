@@ -23,7 +23,7 @@ Shape, and why:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 import yaml
 
@@ -32,7 +32,8 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.router_args import RouterAppArgs
 from app.config.serve_document import ROUTER_IMPORT_PATH, edge_config
 from app.k8s.dockerfile import EDGE_BINARY
-from app.k8s.profile import ProductionProfile, k8s_quantity_cpu, k8s_quantity_gib
+from app.k8s.pods import RayPod, labels, ray_pod
+from app.k8s.profile import ProductionProfile
 
 SERVE_PORT = 8000
 METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
@@ -40,11 +41,6 @@ HAPROXY_METRICS_PORT = 9101  # Serve's HAProxy exporter (RAY_SERVE_HAPROXY_METRI
 DASHBOARD_PORT = 8265
 API_KEY_MOUNT = "/etc/dynamic-offers/api-key"
 API_KEY_FILE_KEY = "sha256"
-# OFFERS_MODEL_CACHE_DIR on every Ray pod: the model store's node cache, an emptyDir.
-MODEL_CACHE_MOUNT = "/home/ray/model-cache"
-# The official Ray image runs as `ray` (uid 1000, group users 100); the Dockerfile keeps it.
-RAY_UID = 1000
-RAY_GID = 100
 UPGRADE_STRATEGY = "NewCluster"
 
 
@@ -53,35 +49,6 @@ def image_tag(project_version: str, build: str, ray_version: str, python: str) -
     tag (app.k8s.render.build_fingerprint), a new ensemble version is not (the image holds
     no model), and the tag names the Ray and Python it runs."""
     return f"{project_version}-build.{build}-ray{ray_version}-py{python.replace('.', '')}"
-
-
-class NodeCache(NamedTuple):
-    """The model store's node cache of one Ray pod: its volume, the container's mount of it,
-    and the variable that points app.adapters.model_store at the mount."""
-
-    volume: dict[str, Any]
-    mount: dict[str, Any]
-    env: dict[str, str]
-
-
-def model_cache(profile: ProductionProfile) -> NodeCache:
-    """The model store's node cache (app.adapters.model_store), on every Ray pod that loads a
-    version: the RayService's (replicas, and the head, which builds the applications) and the
-    batch RayJobs' (the driver and the scoring actors). A pod is one Ray node, so every
-    process of the node shares it: one download per version and pod, under the store's file
-    lock. It outlives a restart of the Ray container (the node comes back on its verified
-    copies), and its size limit is the pod's own: a cache grown past it evicts this pod,
-    whose replacement fetches only what it needs then, instead of filling the node's disk
-    under other pods. On disk: memory is the replicas' and actors'."""
-    name = "model-cache"
-    return NodeCache(
-        volume={
-            "name": name,
-            "emptyDir": {"sizeLimit": k8s_quantity_gib(profile.model_store.cache_gib)},
-        },
-        mount={"name": name, "mountPath": MODEL_CACHE_MOUNT},
-        env={"name": "OFFERS_MODEL_CACHE_DIR", "value": MODEL_CACHE_MOUNT},
-    )
 
 
 def rayservice(
@@ -100,7 +67,7 @@ def rayservice(
         "metadata": {
             "name": profile.name,
             "namespace": profile.namespace,
-            "labels": _labels(profile, "rayservice"),
+            "labels": labels(profile.name, "rayservice"),
         },
         "spec": {
             "upgradeStrategy": {"type": UPGRADE_STRATEGY},
@@ -214,17 +181,9 @@ def front_doors(document: dict[str, Any]) -> dict[str, Any]:
     return {**document, "applications": [a for a in apps if a.get("name") not in fronted]}
 
 
-def _labels(profile: ProductionProfile, component: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/name": "dynamic-offers",
-        "app.kubernetes.io/instance": profile.name,
-        "app.kubernetes.io/component": component,
-    }
-
-
 def _serve_service(profile: ProductionProfile) -> dict[str, Any]:
     return {
-        "metadata": {"name": f"{profile.name}-serve", "labels": _labels(profile, "serve")},
+        "metadata": {"name": f"{profile.name}-serve", "labels": labels(profile.name, "serve")},
         "spec": {
             "type": "ClusterIP",
             "ports": [{"name": "serve", "port": SERVE_PORT, "targetPort": SERVE_PORT}],
@@ -245,70 +204,34 @@ def _pod(
     ports: list[tuple[str, int]],
     edge: dict[str, str],
 ) -> dict[str, Any]:
-    resources = {"cpu": k8s_quantity_cpu(cpu), "memory": k8s_quantity_gib(memory_gib)}
-    cache = model_cache(profile)
-    mounts: list[dict[str, Any]] = [
-        {"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True},
-        cache.mount,
-    ]
-    volumes: list[dict[str, Any]] = [
-        {
-            "name": "api-key",
-            "secret": {
-                "secretName": profile.api_key_secret,
-                "items": [{"key": API_KEY_FILE_KEY, "path": API_KEY_FILE_KEY}],
-            },
-        },
-        cache.volume,
-    ]
-    if shm_gib is not None:
-        # The object store lives in /dev/shm; the container default (64 MiB) is too small.
-        # A quarter GiB above the store: anything else in /dev/shm would otherwise make Ray
-        # find too little room and put the store on disk.
-        mounts.append({"name": "shared-mem", "mountPath": "/dev/shm"})
-        volumes.append(
-            {
-                "name": "shared-mem",
-                "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity_gib(shm_gib + 0.25)},
-            }
-        )
+    """A RayService pod: Serve's process settings and the edge's limits in its environment,
+    the API key's digest mounted from its Secret."""
     env = [{"name": k, "value": v} for k, v in {**SERVE_PROCESS_ENV, **edge}.items()]
     env.append(
         {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
     )
-    env.append(cache.env)
-    # IRSA: the EKS webhook gives every container of this ServiceAccount's pods the role's
-    # web identity (its own projected token); boto3's default chain picks it up.
-    identity: dict[str, Any] = {"serviceAccountName": service_account}
-    if api_token:
-        identity["automountServiceAccountToken"] = True
-    return {
-        "metadata": {"labels": _labels(profile, role)},
-        "spec": {
-            **identity,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": RAY_UID,
-                "runAsGroup": RAY_GID,
-                "fsGroup": RAY_GID,
-            },
-            "containers": [
+    return ray_pod(
+        profile,
+        RayPod(
+            role=role,
+            labels=labels(profile.name, role),
+            image=image,
+            service_account=service_account,
+            api_token=api_token,
+            cpu=cpu,
+            memory_gib=memory_gib,
+            shm_gib=shm_gib,
+            ports=ports,
+            env=env,
+            mounts=[{"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True}],
+            volumes=[
                 {
-                    "name": role,
-                    "image": image,
-                    "imagePullPolicy": profile.image.pull_policy,
-                    # Requests equal limits: Ray sizes itself from the limits, and the pod is
-                    # never throttled below what Ray believes it has.
-                    "resources": {"requests": dict(resources), "limits": dict(resources)},
-                    "ports": [{"name": n, "containerPort": p} for n, p in ports],
-                    "env": env,
-                    "volumeMounts": mounts,
-                    "securityContext": {
-                        "allowPrivilegeEscalation": False,
-                        "capabilities": {"drop": ["ALL"]},
+                    "name": "api-key",
+                    "secret": {
+                        "secretName": profile.api_key_secret,
+                        "items": [{"key": API_KEY_FILE_KEY, "path": API_KEY_FILE_KEY}],
                     },
                 }
             ],
-            "volumes": volumes,
-        },
-    }
+        ),
+    )

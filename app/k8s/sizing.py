@@ -17,6 +17,8 @@ from typing import Any
 from app.config.app_args import DeploymentArgs, EnsembleAppArgs, MemberLayout
 from app.config.router_args import RouterAppArgs
 from app.config.serve_document import BUILDER_IMPORT_PATH
+from app.contract import deployments
+from app.contract.deployments import dedicated_deployment, group_deployment
 from app.k8s.profile import WorkerGroupProfile
 from models import recipes
 
@@ -56,8 +58,8 @@ def _layout_names(members: list[str], layout: MemberLayout) -> list[str]:
     # `auto` is planned on the cluster from measured costs: size for the most deployments
     # any plan can create, one per member.
     if layout.groups is None:
-        return [f"member-{name}" for name in members]
-    return [f"member-group-{g}" for g in range(min(layout.groups, len(members)))]
+        return [dedicated_deployment(name) for name in members]
+    return [group_deployment(g) for g in range(min(layout.groups, len(members)))]
 
 
 def demands(serve_config: dict[str, Any]) -> list[Demand]:
@@ -66,7 +68,7 @@ def demands(serve_config: dict[str, Any]) -> list[Demand]:
         name = app["name"]
         if app["import_path"] == BUILDER_IMPORT_PATH:
             args = EnsembleAppArgs.model_validate(app["args"])
-            found.append(Demand(name, "supervisor", args.supervisor))
+            found.append(Demand(name, deployments.SUPERVISOR, args.supervisor))
             for deployment in member_deployments(args):
                 changes = args.member_deployments.get(deployment, {})
                 found.append(Demand(name, deployment, args.members.updated(changes)))
@@ -78,7 +80,7 @@ def demands(serve_config: dict[str, Any]) -> list[Demand]:
                 )
         else:
             router = RouterAppArgs.model_validate(app["args"])
-            found.append(Demand(name, "router", router.router))
+            found.append(Demand(name, deployments.ROUTER, router.router))
     return found
 
 

@@ -10,14 +10,15 @@ from ray.serve.config import BackpressureConfig
 from app.adapters.model_store import local_version
 from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
 from app.config.router_args import RouterAppArgs
+from app.contract import deployments
 from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
 from app.serving.member_group import MemberGroupDeployment
 from app.serving.member_layout import PlacedMembers, place_members, possible_deployments
 from app.serving.router import RouterConfig, VersionRouter
 from app.serving.supervisor import Supervisor, SupervisorConfig
 
-SUPERVISOR_DEPLOYMENT = "supervisor"
-ROUTER_DEPLOYMENT = "router"
+SUPERVISOR_DEPLOYMENT = deployments.SUPERVISOR
+ROUTER_DEPLOYMENT = deployments.ROUTER
 
 
 class ArtifactsMissing(FileNotFoundError):

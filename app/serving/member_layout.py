@@ -27,10 +27,9 @@ from pathlib import Path
 from app.adapters.member_model import MemberModel
 from app.adapters.predict_cost import measure_costs
 from app.config.app_args import MemberLayout
+from app.contract.deployments import GROUP_PREFIX, dedicated_deployment, group_deployment
 from app.contract.manifest import Manifest, MemberEntry, Runtime
 from app.core.member_placement import (
-    DEDICATED_PREFIX,
-    GROUP_PREFIX,
     LayoutPlan,
     MemberCost,
     PlanInputs,
@@ -95,7 +94,7 @@ def plan_groups(entries: Sequence[MemberEntry], layout: MemberLayout) -> list[Me
     if layout.placement == "auto":
         raise ValueError("layout auto is planned from measured costs: use place_members")
     if layout.groups is None:
-        return [MemberGroup(f"{DEDICATED_PREFIX}{e.name}", (e,)) for e in entries]
+        return [MemberGroup(dedicated_deployment(e.name), (e,)) for e in entries]
     n = min(layout.groups, len(entries))
     # Longest-processing-time first: each member goes to the group with the least predict
     # cost so far, so the slowest group (which bounds the fan-out) is as fast as it can be.
@@ -106,7 +105,7 @@ def plan_groups(entries: Sequence[MemberEntry], layout: MemberLayout) -> list[Me
         loads[g] += predict_cost(entries[i])
         assigned[g].append(i)
     return [
-        MemberGroup(f"{GROUP_PREFIX}{g}", tuple(entries[i] for i in sorted(assigned[g])))
+        MemberGroup(group_deployment(g), tuple(entries[i] for i in sorted(assigned[g])))
         for g in range(n)
     ]
 
@@ -116,8 +115,8 @@ def possible_deployments(entries: Sequence[MemberEntry], layout: MemberLayout) -
     layout; for auto, any a plan could pick (one per member, or groups)."""
     if layout.placement != "auto":
         return [g.deployment for g in plan_groups(entries, layout)]
-    return [f"{DEDICATED_PREFIX}{e.name}" for e in entries] + [
-        f"{GROUP_PREFIX}{g}" for g in range(len(entries))
+    return [dedicated_deployment(e.name) for e in entries] + [
+        group_deployment(g) for g in range(len(entries))
     ]
 
 

@@ -39,9 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config.settings import get_settings
-from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
-from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps
 from loadtest.bench.peers import LegacySystem
 from loadtest.harness.haproxy_admin import BackendServer, HAProxyAdmin
@@ -55,7 +53,7 @@ from loadtest.harness.results import (
     study_log,
     study_parser,
 )
-from loadtest.harness.systems import EnsembleSystem, derived_serve_config
+from loadtest.harness.systems import EnsembleSystem, seeded_ensemble
 from models.train import ensure_trained
 
 TABLE = "player-features-c1path"
@@ -131,22 +129,20 @@ def run(args: argparse.Namespace) -> Path:
     blocks = player_blocks(args.rounds, len(PATHS), per_probe)
     players = args.rounds * len(PATHS) * per_probe
     order = random.Random(args.seed)
-    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
-        client = dynalite.client(timeout_s=10.0)
-        ensure_table(client, TABLE)
-        seed_game(client, TABLE, game, players)
-        port = free_port()
-        config, prefix, ray_env = derived_serve_config(
-            args.config,
-            profile=args.profile,
-            port=port,
-            endpoint_url=dynalite.endpoint_url,
-            table=TABLE,
-            out=folder / "serve.yaml",
+    with seeded_ensemble(
+        args.config, profile=args.profile, game=game, players=players, table=TABLE, folder=folder
+    ) as seeded:
+        prefix, port = seeded.route_prefix, seeded.port
+        ensemble = EnsembleSystem(
+            seeded.config, prefix, port, folder / "ensemble.log", seeded.ray_env
         )
-        ensemble = EnsembleSystem(config, prefix, port, folder / "ensemble.log", ray_env)
         legacy = LegacySystem(
-            version_dir, prefix, free_port(), dynalite.endpoint_url, TABLE, folder / "legacy.log"
+            version_dir,
+            prefix,
+            free_port(),
+            seeded.dynalite.endpoint_url,
+            TABLE,
+            folder / "legacy.log",
         )
         with ensemble, legacy:
             assert ensemble.process is not None

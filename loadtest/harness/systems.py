@@ -7,15 +7,25 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import requests
 import yaml
 
-from app.local.processes import LOCAL_CREDENTIALS, ChildProcess, Managed, ProcessFailed
+from app.local.dynalite import Dynalite
+from app.local.processes import (
+    LOCAL_CREDENTIALS,
+    ChildProcess,
+    Managed,
+    ProcessFailed,
+    free_port,
+)
 from app.local.ray_auth import ray_auth_env
+from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import edge_env, from_checkout
 from loadtest.harness import variant as variants
 from loadtest.harness.variant import Variant
@@ -182,3 +192,37 @@ def derived_serve_config(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(document, sort_keys=False))
     return out, app["route_prefix"], variants.ray_env(variant, edge_env(out))
+
+
+@dataclass(frozen=True)
+class SeededEnsemble:
+    """A dynalite of its own, seeded, and the derived Serve config that reads it."""
+
+    dynalite: Dynalite
+    config: Path
+    route_prefix: str
+    ray_env: dict[str, str]
+    port: int
+
+
+@contextmanager
+def seeded_ensemble(
+    base: Path, *, profile: str, game: str, players: int, table: str, folder: Path
+) -> Iterator[SeededEnsemble]:
+    """The start-up the single-system studies share: a dynalite (stopped on exit) with
+    `players` of `game` in `table`, and `base`'s first application derived for `profile`
+    on a free port against it (derived_serve_config). Start EnsembleSystem on it."""
+    with Dynalite(free_port(), data_dir=None, log_path=folder / "dynalite.log") as dynalite:
+        client = dynalite.client(timeout_s=10.0)
+        ensure_table(client, table)
+        seed_game(client, table, game, players)
+        port = free_port()
+        config, prefix, ray_env = derived_serve_config(
+            base,
+            profile=profile,
+            port=port,
+            endpoint_url=dynalite.endpoint_url,
+            table=table,
+            out=folder / "serve_config.yaml",
+        )
+        yield SeededEnsemble(dynalite, config, prefix, ray_env, port)

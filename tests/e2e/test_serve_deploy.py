@@ -35,8 +35,10 @@ from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, local_endpoint, local_store
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.systems import ManagedProcess
+from loadtest.release_walkthrough import replica_pids
 from models.population import player_id
 from models.train import ensure_trained_all
+from tests.support import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -326,19 +328,6 @@ GAME_PREFIX = "/galaxy-raiders"
 ROUTER_APP = "galaxy-raiders"
 
 
-def replica_pids(app_names: list[str]) -> dict[str, set[int]]:
-    """Pids of the replica processes of each application (any restart changes them)."""
-    import psutil
-
-    pids: dict[str, set[int]] = {name: set() for name in app_names}
-    for proc in psutil.process_iter(["cmdline"]):
-        line = " ".join(proc.info["cmdline"] or [])
-        for name in app_names:
-            if f"ServeReplica:{name}:" in line:
-                pids[name].add(proc.pid)
-    return pids
-
-
 def split_of(weights: dict[str, float]):
     from app.core.version_split import VersionSplit
 
@@ -363,17 +352,6 @@ def test_the_game_route_splits_players_by_weight_sticky_by_player(deployed_clust
     assert set(seen.values()) == {"2026-10", "2026-11"}
     split_info = requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()
     assert {v["version"]: v["weight"] for v in split_info["versions"]} == split.weights
-
-
-def _wait_for(predicate, what: str, timeout_s: float = 60.0):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not seen after {timeout_s}s")
-        time.sleep(0.5)
 
 
 def ensemble_info(prefix: str) -> dict:
@@ -426,11 +404,11 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     started = time.monotonic()
     # Every read of the canary's knobs (HAProxy spreads them over both replicas) and of the
     # split shows the new values.
-    _wait_for(
+    wait_until(
         lambda: all(ensemble_info(canary.route_prefix)["knobs"]["quorum"] == 0.9 for _ in range(6)),
         "quorum 0.9 on every canary supervisor",
     )
-    _wait_for(
+    wait_until(
         lambda: all(
             {
                 v["version"]: v["weight"]
@@ -466,7 +444,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
 
     # A bad value: refused by every replica, reported, the old knobs kept, no restart loop.
     deploy({"quorum": 1.5}, new_weights)
-    rejected = _wait_for(
+    rejected = wait_until(
         lambda: (
             all(ensemble_info(canary.route_prefix)["knobs_rejected"] for _ in range(6))
             and ensemble_info(canary.route_prefix)
@@ -481,7 +459,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
 
     # Back to the shipped values for the tests that follow.
     deploy({}, {"2026-10": 90, "2026-11": 10})
-    _wait_for(
+    wait_until(
         lambda: all(ensemble_info(canary.route_prefix)["knobs"]["quorum"] == 0.5 for _ in range(6)),
         "the shipped knobs back",
     )
@@ -519,7 +497,7 @@ def haproxy_servers(app_name: str) -> dict[str, tuple[str, int, int]]:
 
 
 def wait_both_up(app_name: str) -> None:
-    _wait_for(
+    wait_until(
         lambda: (
             sorted(
                 status
@@ -723,7 +701,7 @@ def test_a_version_is_released_through_the_store_while_the_game_route_serves(
 
     # The cluster as it was, for the tests that follow.
     cli("serve", "deploy", str(deployed), "--address", DASHBOARD)
-    _wait_for(
+    wait_until(
         lambda: "2026-12"
         not in {
             v["version"]
@@ -771,7 +749,7 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
         app = (status.get("applications") or {}).get("tampered-check") or {}
         return app.get("message") if app.get("status") == "DEPLOY_FAILED" else None
 
-    message = _wait_for(failed, "tampered-check DEPLOY_FAILED", timeout_s=120)
+    message = wait_until(failed, "tampered-check DEPLOY_FAILED", timeout_s=120)
     assert entry.artifact in message and entry.sha256 in message, message
     assert hashlib.sha256(b"tampered").hexdigest() in message, message
     for app in apps:

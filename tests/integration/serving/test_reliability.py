@@ -22,6 +22,7 @@ from loadtest.harness.locust_runner import LoadResult, LoadTarget, run_locust
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
 from tests.integration.conftest import APP_NAME, app_args, deploy, replica_actor_names
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -116,17 +117,6 @@ def member_handle(name: str):
     return serve.get_deployment_handle(f"member-{name}", app_name=APP_NAME)
 
 
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not {what} after {timeout_s}s")
-        time.sleep(0.25)
-
-
 @pytest.fixture(scope="class")
 def slow_member(serve_app, tiny_version_dir):
     """SLOW_MEMBER sleeps 3 s per request (fault injection) for the tests of one class, then
@@ -177,7 +167,7 @@ def test_client_disconnect_cancels_member_work(serve_app, slow_member_long_budge
 
     # Only a cancellation counts here: the 3 s delay would end on its own well inside the 5 s
     # budget, so neither finishing nor the deadline can produce it.
-    wait_until(cancelled, 5.0, "cancelled")
+    wait_until(cancelled, "cancelled", 5.0)
 
 
 class TestWithASlowMember:
@@ -249,7 +239,7 @@ def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(serv
         body = offer(serve_app, player_id(5)).json()
         return victim in body["answered_members"]
 
-    wait_until(rejoined, 60.0, f"{victim} answering again")
+    wait_until(rejoined, f"{victim} answering again", 60.0)
     assert replica_actor_names(APP_NAME, f"member-{victim}") != {name}
 
 
@@ -280,7 +270,7 @@ def test_feature_store_outage_gives_flagged_fallbacks_then_recovers(
     assert_every_request_ended_in_time(result)
 
     # No restart: the breaker lets a trial read through and answers are personalized again.
-    wait_until(lambda: offer(serve_app, player_id(31)).json()["personalized"], 30.0, "personalized")
+    wait_until(lambda: offer(serve_app, player_id(31)).json()["personalized"], "personalized", 30.0)
 
 
 def test_overload_is_refused_with_503_and_retry_after(serve_app, tiny_version_dir):

@@ -57,3 +57,20 @@ def errors(validator: jsonschema.Draft7Validator, document: Any) -> list[str]:
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
         for e in validator.iter_errors(document)
     ]
+
+
+# The Kubernetes version whose built-in schemas the manifests are checked against.
+KUBERNETES_VERSION = "1.32"
+
+
+def validate_pod_template(template: Any) -> None:
+    """A Ray pod's template as a core/v1 PodTemplate, strictly (unknown fields refused): the
+    KubeRay CRDs embed an older copy of the pod schema."""
+    import kubernetes_validate
+
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
+         "template": template},
+        KUBERNETES_VERSION,
+        strict=True,
+    )  # fmt: skip

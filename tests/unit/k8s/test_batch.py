@@ -8,7 +8,6 @@ import json
 import shlex
 from datetime import UTC, datetime, timedelta
 
-import kubernetes_validate
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pydantic
@@ -25,10 +24,10 @@ from app.k8s.render import DEFAULT_OUT
 from app.local.serve_config import BUILDER_IMPORT_PATH
 from tests.support import small_manifest
 from tests.unit.k8s.s3_calls import RecordingS3, S3Request, allows
+from tests.unit.k8s.schema import validate_pod_template
 
 pytestmark = pytest.mark.unit
 
-KUBERNETES_VERSION = "1.32"
 # app.batch's interface: the only options a RayJob may pass it.
 BATCH_OPTIONS = {
     "--game",
@@ -227,16 +226,7 @@ def test_the_rayjobs_run_the_services_image_as_non_root(rayjobs, rayservice):
 def test_the_pod_templates_match_the_kubernetes_schemas_strictly(rayjobs):
     for job in rayjobs.values():
         for template in [*ray_templates(job), job["spec"]["submitterPodTemplate"]]:
-            kubernetes_validate.validate(
-                {
-                    "apiVersion": "v1",
-                    "kind": "PodTemplate",
-                    "metadata": {"name": "t"},
-                    "template": template,
-                },
-                KUBERNETES_VERSION,
-                strict=True,
-            )
+            validate_pod_template(template)
 
 
 def test_the_fixed_worker_group_holds_every_read_task_and_actor_at_once(rayjobs):

@@ -12,15 +12,15 @@ import kubernetes_validate
 import pytest
 import ray
 
+from app.config.serve_document import ROUTER_IMPORT_PATH
 from app.k8s import dockerfile
 from app.k8s.render import DASHBOARD_JSON, DEFAULT_OUT, LOCAL_SECRET_FILES
 from app.local.processes import PROJECT_ROOT
-from app.local.serve_config import ROUTER_IMPORT_PATH
+from tests.unit.k8s.schema import KUBERNETES_VERSION, validate_pod_template
 
 pytestmark = pytest.mark.unit
 
 # The oldest Kubernetes the README's prerequisites name: schemas of that release.
-KUBERNETES_VERSION = "1.32"
 BUILT_IN = {"Namespace", "ServiceAccount", "ConfigMap", "Job"}
 
 
@@ -40,16 +40,7 @@ def test_built_in_kinds_match_the_kubernetes_schemas_strictly(committed, rayserv
     assert kinds == BUILT_IN
     # The Ray pods' templates too, as core/v1 PodTemplates: the CRD embeds an older copy.
     for template in ray_pods(rayservice):
-        kubernetes_validate.validate(
-            {
-                "apiVersion": "v1",
-                "kind": "PodTemplate",
-                "metadata": {"name": "t"},
-                "template": template,
-            },
-            KUBERNETES_VERSION,
-            strict=True,
-        )
+        validate_pod_template(template)
 
 
 def test_the_strict_kubernetes_check_is_not_vacuous(committed):

@@ -76,8 +76,10 @@ def test_on_this_host_a_system_lands_in_its_group_or_the_reason_is_given():
     before = _cgroup_of(os.getpid())
     with CpuIsolation() as iso:
         if not iso.active:
+            # No cgroup to isolate with (an unprivileged container): the reason is given,
+            # and the end-to-end check below cannot run here; say so in the report.
             assert iso.describe()["method"] == "none" and iso.describe()["reason"]
-            return
+            pytest.skip(f"no CPU isolation on this host: {iso.describe()['reason']}")
         child = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(5)"], preexec_fn=iso.enter_system
         )
