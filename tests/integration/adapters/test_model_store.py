@@ -18,19 +18,17 @@ from app.adapters.model_store import (
 from app.contract.artifacts import ArtifactIntegrityError, sha256_of
 from app.contract.manifest import MANIFEST_FILENAME, load_manifest
 from app.local.processes import free_port
-from app.local.s3_server import S3Server, local_s3_client
+from app.local.s3_server import local_s3_client
+from tests.integration.conftest import STORE_BUCKET as BUCKET
 
 pytestmark = pytest.mark.integration
 
-BUCKET = "offers-models"
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    log = tmp_path_factory.mktemp("s3") / "moto.log"
-    with S3Server(free_port(), log_path=log) as server:
-        server.ensure_bucket(BUCKET)
-        yield server
+@pytest.fixture
+def s3(s3_server):
+    """The session's S3-protocol server (tests/integration/conftest.py), bucket made."""
+    return s3_server
 
 
 @pytest.fixture
