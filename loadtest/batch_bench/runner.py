@@ -13,6 +13,8 @@ round, in rotating order:
   scoring). Its output is the Parquet snapshot the next stage reads.
 - **score**: the scoring stage alone: that Parquet -> the actor pool -> Parquet.
 - **e2e**: the whole job (app.batch.job.run): Scan -> actors -> Parquet -> snapshot.
+- **e2e-native**: the same job with the members' native runtime (`--runtime native`): the
+  compiled members' gain on the batch path, as a ratio per round.
 
 Peak RSS of the whole tree (this driver, Ray, its workers; dynalite apart) is sampled during
 e2e, at the full population and at a quarter of it (a second game's rows are not needed:
@@ -118,14 +120,14 @@ def run(ns: argparse.Namespace) -> Path:
                 max_actors=int(cpus),
             )
             rounds: dict[str, list[dict[str, Any]]] = {
-                k: [] for k in ("limit", "read", "score", "e2e")
+                k: [] for k in ("limit", "read", "score", "e2e", "e2e_native")
             }
             features = work / "features-0"
             for r in range(ns.rounds):
                 # Interleaved, rotating order; the scoring stage reads what this round's
                 # read stage wrote, and the limit scores the newest of those.
-                units = ["read+score", "limit", "e2e"]
-                for unit in units[r % 3 :] + units[: r % 3]:
+                units = ["read+score", "limit", "e2e", "e2e-native"]
+                for unit in units[r % len(units) :] + units[: r % len(units)]:
                     if unit == "read+score":
                         fresh = work / f"features-{r}"
                         rounds["read"].append(read_stage(job, fresh))
@@ -136,9 +138,13 @@ def run(ns: argparse.Namespace) -> Path:
                     elif unit == "limit":
                         rounds["limit"].append(model_compute_limit(version_dir, features, cpus))
                         log(f"round {r} limit: {rounds['limit'][-1]}")
-                    else:
+                    elif unit == "e2e":
                         rounds["e2e"].append(e2e_stage(job))
                         log(f"round {r} e2e: {rounds['e2e'][-1]}")
+                    else:
+                        native = job.model_copy(update={"runtime": "native"})
+                        rounds["e2e_native"].append(e2e_stage(native))
+                        log(f"round {r} e2e native: {rounds['e2e_native'][-1]}")
         finally:
             ray.shutdown()
         # The quarter-size run on a fresh Ray whose workers read the small table.
@@ -158,6 +164,7 @@ def run(ns: argparse.Namespace) -> Path:
     e2e = [x["players_per_s"] for x in rounds["e2e"]]
     score = [x["players_per_s"] for x in rounds["score"]]
     read = [x["players_per_s"] for x in rounds["read"]]
+    native = [x["players_per_s"] for x in rounds["e2e_native"]]
     report = {
         "command": ns.command,
         "players": ns.players,
@@ -170,7 +177,12 @@ def run(ns: argparse.Namespace) -> Path:
             "end_to_end": spread(e2e, digits=1),
             "scoring_stage_from_parquet": spread(score, digits=1),
             "read_stage": spread(read, digits=1),
+            "end_to_end_native_members": spread(native, digits=1),
         },
+        # Each round's compiled job over the same round's native one (the job's `runtime`).
+        "end_to_end_compiled_over_native": spread(
+            [e / n for e, n in zip(e2e, native, strict=True)], digits=2
+        ),
         # Each round's throughput over the same round's limit.
         "end_to_end_over_limit": spread(
             [e / lim for e, lim in zip(e2e, limit, strict=True)], digits=3
@@ -191,7 +203,13 @@ def run(ns: argparse.Namespace) -> Path:
     merged = json.loads(target.read_text()) if target.exists() else {}
     merged["batch"] = report
     target.write_text(json.dumps(merged, indent=2))
-    keys = ("players_per_s", "end_to_end_over_limit", "scoring_over_limit", "peak_rss_mb")
+    keys = (
+        "players_per_s",
+        "end_to_end_compiled_over_native",
+        "end_to_end_over_limit",
+        "scoring_over_limit",
+        "peak_rss_mb",
+    )
     log(json.dumps({k: report[k] for k in (*keys, "lookup_us")}))
     log(f"report: {target}")
     return folder

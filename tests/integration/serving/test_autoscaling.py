@@ -21,7 +21,8 @@ from tests.integration.conftest import (
     deploy_router_over,
     replica_actor_names,
 )
-from tests.integration.serving.test_reliability import SLOW_MEMBER, offer, wait_until
+from tests.integration.serving.test_reliability import SLOW_MEMBER, offer
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,8 +76,8 @@ def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_v
             try:
                 peak = wait_until(
                     lambda: (n := len(replica_actor_names(APP, MEMBERS))) > 1 and n,
-                    90.0,
                     "scaled above min_replicas under the burst",
+                    90.0,
                 )
             finally:
                 stop.set()
@@ -86,7 +87,7 @@ def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_v
         # Idle: utilization falls to 0, and after downscale_delay_s the deployment is back at
         # its minimum (replicas drain first).
         wait_until(
-            lambda: len(replica_actor_names(APP, MEMBERS)) == 1, 120.0, "back to min_replicas"
+            lambda: len(replica_actor_names(APP, MEMBERS)) == 1, "back to min_replicas", 120.0
         )
         assert time.monotonic() - burst_end >= SCALING["downscale_delay_s"] - 1.0
     finally:
@@ -128,8 +129,8 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
             try:
                 wait_until(
                     lambda: len(replica_actor_names(router_app, "router")) == 2,
-                    90.0,
                     "a second router replica under held logins",
+                    90.0,
                 )
             finally:
                 stop.set()
