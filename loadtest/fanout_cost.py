@@ -34,9 +34,9 @@ import numpy as np
 from app.adapters.member_model import InProcessGroupClient, MemberGroupModel, MemberModel
 from app.contract.artifacts import LoadedArtifact
 from app.contract.manifest import MemberEntry, load_manifest
-from app.core.coalescing import CoalescingScorer
-from app.core.fanout import Fanout
 from app.core.offers import OfferCatalog
+from app.core.online.coalescing import CoalescingScorer
+from app.core.online.fanout import Fanout
 from app.local.processes import PROJECT_ROOT
 from loadtest.harness.results import (
     parse_study_args,

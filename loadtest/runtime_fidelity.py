@@ -5,7 +5,7 @@
 For each version `serve_config.yaml` serves, every player `make run` seeds goes the way the
 service reads it (the DynamoDB item the seeder writes, decoded by the feature schema), then
 through the whole ensemble twice: the members of `runtime: onnx` and of `runtime: native`,
-aggregated and decided as a supervisor does (app.core.batch_scoring). Reports per version
+aggregated and decided as a supervisor does (app.core.offline.batch_scoring). Reports per version
 the players whose offer differs (the target: none) and the largest |difference| in
 propensity (the target: <= 1e-6); writes loadtest/results/<timestamp>-fidelity/.
 """
@@ -20,8 +20,8 @@ import numpy as np
 
 from app.adapters.member_model import load_group
 from app.contract.manifest import load_manifest
-from app.core.batch_scoring import BatchScorer
 from app.core.offers import OfferCatalog
+from app.core.offline.batch_scoring import BatchScorer
 from app.local.seeding import player_item
 from app.local.serve_config import configured_apps
 from loadtest.harness.results import (

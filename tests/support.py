@@ -11,8 +11,8 @@ import numpy as np
 
 from app.contract.feature_schema import FeatureSchema, FeatureSpec
 from app.contract.manifest import Manifest, MemberEntry, Offer
-from app.core.fanout import MemberRef
-from app.core.feature_source import FeatureStoreUnavailable
+from app.core.online.fanout import MemberRef
+from app.core.online.feature_source import FeatureStoreUnavailable
 
 
 def small_schema() -> FeatureSchema:

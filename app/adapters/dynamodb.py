@@ -24,8 +24,8 @@ from cachetools import TTLCache
 from app.adapters.circuit_breaker import CircuitBreaker, CircuitOpen
 from app.config.settings import Settings
 from app.contract.feature_schema import FeatureSchema, FeatureValue
-from app.core.coalescing import Coalescer, Pending
-from app.core.feature_source import FeatureStoreUnavailable
+from app.core.online.coalescing import Coalescer, Pending
+from app.core.online.feature_source import FeatureStoreUnavailable
 from app.core.telemetry import NoTelemetry, Telemetry
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ import numpy as np
 from app.adapters.dynamodb import PARTITION_KEY, make_client
 from app.config.settings import Settings
 from app.contract.feature_schema import FeatureSchema
-from app.core.pacing import ReadPacer
+from app.core.offline.pacing import ReadPacer
 
 ReadUnit = Literal["items", "read_units"]
 

@@ -21,7 +21,7 @@ from threadpoolctl import threadpool_limits
 from app.adapters.onnx_members import FusedMembers
 from app.contract.artifacts import LoadedArtifact, load_artifact
 from app.contract.manifest import Fidelity, MemberEntry, Runtime
-from app.core.fanout import MemberRef
+from app.core.online.fanout import MemberRef
 
 
 class FidelityError(RuntimeError):
@@ -156,7 +156,7 @@ class MemberGroupModel:
 
 class InProcessGroupClient:
     """A member group scored in this process: the supervisor's inline members
-    (app.core.member_placement). The same predicts as a member deployment's, on the group's
+    (app.core.planning.member_placement). The same predicts as a member deployment's, on the group's
     own worker thread, without the hop. `delay_s`: injected before scoring (faults)."""
 
     def __init__(self, name: str, group: MemberGroupModel, *, delay_s: float = 0.0) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from app.adapters.member_model import MemberModel
-from app.core.member_placement import MemberCost
+from app.core.planning.member_placement import MemberCost
 
 BATCH_LOGINS = 16
 WARMUP_CALLS = 3

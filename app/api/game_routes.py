@@ -19,7 +19,7 @@ from app.api.schemas import (
     SplitInfo,
 )
 from app.core.admission import parse_request_start
-from app.core.offer_routing import OfferRouter
+from app.core.routing.offer_routing import OfferRouter
 
 
 def build_router_api(

@@ -14,7 +14,7 @@ from typing import Any
 from app.api.routes import to_query, to_response
 from app.api.schemas import OfferRequest
 from app.core.admission import OVERLOADED_DETAIL, AdmissionGate, EdgeArrival
-from app.core.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
+from app.core.online.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
 
 OVERLOADED = OVERLOADED_DETAIL
 
@@ -32,7 +32,7 @@ async def answer_routed_login(
 
     Every reply carries the replica's admission bound (`max_in_flight`), and a refusal by the
     gate says so (`replica_full`): the router learns from them how many logins the version
-    takes, and whether another replica may still have room (app.core.version_load).
+    takes, and whether another replica may still have room (app.core.routing.version_load).
 
     A full replica holds the login up to `wait_ms` for one of its slots; the wait comes off
     the login's budget, which starts as it arrives here."""

@@ -32,14 +32,14 @@ from app.api.schemas import (
 from app.contract.feature_schema import FeatureValue
 from app.contract.manifest import Manifest, Offer
 from app.core.admission import AdmissionGate, EdgeArrival
-from app.core.offer_service import (
+from app.core.online.offer_service import (
     BudgetSpentBeforeStart,
     OfferAnswer,
     OfferQuery,
     OfferService,
     UnknownGame,
 )
-from app.core.precomputed import PrecomputedTier
+from app.core.online.precomputed import PrecomputedTier
 
 API_KEY_HEADER = "X-API-Key"
 # A login request is a few hundred bytes; anything near this is not a game server talking.

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.contract.ids import GAME_PATTERN, PLAYER_ID_PATTERN
-from app.core.offer_service import FallbackReason, Tier
+from app.core.online.offer_service import FallbackReason, Tier
 
 # A caller's trace id: echoed in the response and in logs, so bounded like every id.
 REQUEST_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"

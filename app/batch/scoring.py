@@ -10,8 +10,8 @@ from app.adapters.member_model import load_group
 from app.adapters.model_store import local_version
 from app.batch.datasource import PLAYER_ID, feature_columns
 from app.contract.manifest import Runtime, load_manifest
-from app.core.batch_scoring import BatchScorer
 from app.core.offers import OfferCatalog
+from app.core.offline.batch_scoring import BatchScorer
 
 # The Parquet columns, in order.
 OUTPUT_COLUMNS = (

@@ -35,7 +35,7 @@ class AutoscalingArgs(StrictModel):
     signal: Literal["utilization", "ongoing_requests"] = "ongoing_requests"
     target_utilization: float = Field(default=0.6, gt=0, le=1)
     # utilization only: add replicas only while the most idle host the replicas report from
-    # has this many cores idle (app.core.replica_scaling.capped_by_idle_cpu). For a
+    # has this many cores idle (app.core.planning.replica_scaling.capped_by_idle_cpu). For a
     # fixed-size node, where a replica without a free core slows the others; null on a
     # cluster that adds nodes for pending replicas.
     min_idle_cpus: float | None = Field(default=None, gt=0)
@@ -172,7 +172,7 @@ HOP_CPU_MS = 1.0
 
 
 class MemberLayout(StrictModel):
-    """Where each member is scored (app.core.member_placement, app.serving.member_layout).
+    """Where each member is scored (app.core.planning.member_placement, app.serving.member_layout).
 
     In serve_config.yaml: `layout: auto` (planned at build time from the members' predict
     costs measured on the building machine), `layout: per_member` (one deployment per
@@ -318,7 +318,7 @@ class AdmissionConfig(StrictModel):
 
 
 class PrecomputedArgs(StrictModel):
-    """The precomputed-offers tier (app.core.precomputed): the batch job's snapshot of this
+    """The precomputed-offers tier (app.core.online.precomputed): the batch job's snapshot of this
     version, from settings' batch_output_uri, answering when the online path cannot."""
 
     enabled: bool = True

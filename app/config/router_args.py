@@ -40,7 +40,7 @@ class VersionEntry(StrictModel):
 class RouterAppArgs(StrictModel):
     game: str = Field(pattern=GAME_PATTERN)
     # The stable version first: when a version cannot answer, its players go to the
-    # version with the most weight (app.core.offer_routing).
+    # version with the most weight (app.core.routing.offer_routing).
     versions: list[VersionEntry] = Field(min_length=1)
     request_budget_ms: BudgetMs = Field(default=1000.0, description="a routed login's whole budget")
     failover_reserve_ms: float = Field(
@@ -53,7 +53,7 @@ class RouterAppArgs(StrictModel):
     # The bound is enforced at the edge only (HAProxy's maxconn per router replica): the
     # router holds no work of its own, the versions it calls keep their own gates. The queue
     # timeout bounds a login's wait in HAProxy's queue and, for what is left of it, in the
-    # router for room on its version (app.core.version_load).
+    # router for room on its version (app.core.routing.version_load).
     admission: AdmissionConfig = Field(default_factory=lambda: AdmissionConfig(max_in_flight=32))
     router: DeploymentArgs = Field(default_factory=lambda: ROUTER_DEFAULTS)
 

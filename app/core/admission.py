@@ -82,7 +82,7 @@ class AdmissionGate:
         """Admit a login at once if there is room, else let it wait up to `wait_s` for a
         slot to free here, first come first served (a login a game's router sends: it has
         no queue in front of this replica, and Serve's handle can send it to a full replica
-        while another has room; app.core.version_load)."""
+        while another has room; app.core.routing.version_load)."""
         if self.in_flight < self.max_in_flight and not self._waiting:
             self._take()
             return True

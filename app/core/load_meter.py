@@ -13,7 +13,7 @@ the work it holds, over the last window, as a share of what it can hold at once.
   that bound.
 
 The meter integrates a level (work held) over time with an injectable clock; its samples
-are what `record_autoscaling_stats` hands to Serve, and app.core.replica_scaling turns the
+are what `record_autoscaling_stats` hands to Serve, and app.core.planning.replica_scaling turns the
 deployment's samples into a replica count.
 """
 

@@ -9,7 +9,7 @@ admitted took (admission to the answer's last byte) and derives both numbers fro
 - **the in-flight bound**, AIMD on latency: while logins are answered within the service
   share of the budget, a bound that was reached grows by one per bound's worth of logins;
   once the p90 of the logins answered since the last cut runs past it *and* the replica's
-  event loop runs late (app.core.loop_lag: more than LAG_SHARE of that share), the bound is
+  event loop runs late (app.core.online.loop_lag: more than LAG_SHARE of that share), the bound is
   cut by a quarter, at most once per bound's worth of logins. Logins late while the loop
   idles wait on something else (a member past its deadline): fewer of them would shed
   nothing, only refuse; It stays within [1, ceiling]; the ceiling is

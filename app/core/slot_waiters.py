@@ -2,7 +2,7 @@
 
 Used where a login would otherwise be refused because a bound is reached while slots free
 every few ms: a supervisor's admission gate for the logins a game's router sends it
-(app.core.admission), and the router's share of a version (app.core.version_load). Waiting
+(app.core.admission), and the router's share of a version (app.core.routing.version_load). Waiting
 there costs a future on the event loop; refusing costs the caller a trip back through the
 loops, on the cores that score the admitted logins, and the login itself.
 

@@ -1,7 +1,7 @@
 """`make run`'s precomputed tier from the first run: the batch snapshot, built in the background.
 
 The supervisors fall back on the batch job's snapshot when DynamoDB is down
-(app.core.precomputed). A fresh `make run` has none until someone runs `make batch`, so for
+(app.core.online.precomputed). A fresh `make run` has none until someone runs `make batch`, so for
 its first hour a feature-store outage gave every known player the version's default offer.
 Once the service answers, this scores every seeded player of each served version that has no
 snapshot younger than its `precomputed.max_age_s`, one version after another, with the batch

@@ -1,15 +1,14 @@
 """Serve's side of utilization autoscaling: the policy the controller runs for a deployment.
 
 Each supervisor, member and router replica reports `utilization` through
-`record_autoscaling_stats` (app.core.load_meter); Serve averages every replica's reports
-over `look_back_period_s` and hands them to this policy each control-loop tick. The policy
-asks for the replicas that run that work at the target utilization
-(app.core.replica_scaling); Serve's wrapper then applies min/max_replicas, the up/down
-delays and scaling factors. Configured per deployment
-by app.config.app_args.AutoscalingArgs (`signal: utilization`). With `min_idle_cpus`, it
-never adds a replica while no replica's host has that much CPU idle: on a fixed-size node a
-replica without a core of its own takes CPU from the ones serving (app.core.replica_scaling).
-"""
+`record_autoscaling_stats` (app.core.load_meter); Serve averages every replica's reports over
+`look_back_period_s` and hands them to this policy each control-loop tick. The policy asks for
+the replicas that run that work at the target utilization (app.core.planning.replica_scaling);
+Serve's wrapper then applies min/max_replicas, the up/down delays and scaling factors.
+Configured per deployment by app.config.app_args.AutoscalingArgs (`signal: utilization`). With
+`min_idle_cpus`, it never adds a replica while no replica's host has that much CPU idle: on a
+fixed-size node a replica without a core of its own takes CPU from the ones serving
+(app.core.planning.replica_scaling)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from ray.serve.config import AutoscalingContext
 
 from app.adapters.host_cpu import IdleCpu
 from app.core.load_meter import LoadMeter
-from app.core.replica_scaling import capped_by_idle_cpu, desired_replicas
+from app.core.planning.replica_scaling import capped_by_idle_cpu, desired_replicas
 
 UTILIZATION_METRIC = "utilization"
 # Cores idle on the replica's host (app.adapters.host_cpu), for min_idle_cpus.

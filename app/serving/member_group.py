@@ -22,8 +22,8 @@ from app.adapters.model_store import local_version
 from app.config.app_args import MemberGroupConfig
 from app.config.knobs import explain
 from app.contract.manifest import MemberEntry, Runtime, load_manifest
-from app.core.fanout import MemberRef
 from app.core.load_meter import LoadMeter
+from app.core.online.fanout import MemberRef
 from app.serving.autoscaling import replica_stats
 from app.serving.replica_process import prepare_replica_process
 

@@ -4,7 +4,7 @@
 - per_member: one deployment per member (the production layout of the case study), each
   replicated and autoscaled on its own;
 - groups: N deployments, members spread over them by the manifest's predict cost;
-- auto: the cost-aware plan (app.core.member_placement) from the members' predict costs
+- auto: the cost-aware plan (app.core.planning.member_placement) from the members' predict costs
   under the application's runtime, as the manifest records them (measured once, at
   training), the hop's cost and the expected load. The same artifacts and config give the
   same plan whatever the building host is doing. A manifest from before costs were
@@ -29,13 +29,13 @@ from app.adapters.predict_cost import measure_costs
 from app.config.app_args import MemberLayout
 from app.contract.deployments import GROUP_PREFIX, dedicated_deployment, group_deployment
 from app.contract.manifest import Manifest, MemberEntry, Runtime
-from app.core.member_placement import (
+from app.core.offers import OfferCatalog
+from app.core.planning.member_placement import (
     LayoutPlan,
     MemberCost,
     PlanInputs,
     plan_layout,
 )
-from app.core.offers import OfferCatalog
 
 # Used for a member whose manifest has no measured predict cost.
 DEFAULT_PREDICT_MS = 1.0

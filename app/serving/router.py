@@ -1,19 +1,18 @@
 """The router deployment: a game's front door, `POST /<game>/v1/offers`, over its versions.
 
-Thin Serve wrapper around app.core.offer_routing.OfferRouter: version weights are its live
-user_config (reconfigure), and so is the set of versions: a weight for a version the args do
-not list adds it, reached at its default application (`<game>-<version>`), so a release adds a
-version without restarting the router (a one-replica router restarted by Serve leaves the
+Thin Serve wrapper around app.core.routing.offer_routing.OfferRouter: version weights are its
+live user_config (reconfigure), and so is the set of versions: a weight for a version the args
+do not list adds it, reached at its default application (`<game>-<version>`), so a release adds
+a version without restarting the router (a one-replica router restarted by Serve leaves the
 game's route without a replica for seconds: docs/release.md). Versions are reached through
 handles to their applications' supervisors, and a background task follows the applications'
 status so that a version with no supervisor replica to answer (missing, going away, or every
 replica down) is skipped at once instead of eating a login's budget. The same status gives each
 version's running supervisors and the router's own replicas, from which the router knows how
-many logins a version can take from it (app.core.version_load). Each replica reports the logins
-it holds over its edge bound (utilization) and the host's idle cores, so the router autoscales
-like the supervisors (app.serving.autoscaling): HAProxy lets at most that bound into one
-replica, so Serve's count of ongoing requests against a target above it could never add one.
-"""
+many logins a version can take from it (app.core.routing.version_load). Each replica reports the
+logins it holds over its edge bound (utilization) and the host's idle cores, so the router
+autoscales like the supervisors (app.serving.autoscaling): HAProxy lets at most that bound into
+one replica, so Serve's count of ongoing requests against a target above it could never add one."""
 
 from __future__ import annotations
 
@@ -37,14 +36,14 @@ from app.config.knobs import RouterKnobs, explain
 from app.config.settings import get_settings
 from app.contract.ids import VERSION_PATTERN
 from app.core.load_meter import LoadMeter
-from app.core.offer_routing import (
+from app.core.routing.offer_routing import (
     OfferRouter,
     VersionHealth,
     VersionUnavailable,
     unavailable_reason,
 )
-from app.core.version_load import VersionLoad
-from app.core.version_split import VersionSplit
+from app.core.routing.version_load import VersionLoad
+from app.core.routing.version_split import VersionSplit
 from app.serving.autoscaling import replica_stats
 from app.serving.replica_process import prepare_replica_process
 from app.serving.telemetry import RouterTelemetry
@@ -72,7 +71,7 @@ class RouterConfig(BaseModel):
     # Logins HAProxy lets into one router replica at once (its maxconn, the admission bound).
     max_in_flight: int = Field(ge=1)
     # How long a login may wait for room, in HAProxy's queue and for a version's slot in the
-    # router together (the edge's `timeout queue`; app.core.version_load).
+    # router together (the edge's `timeout queue`; app.core.routing.version_load).
     queue_timeout_ms: float = Field(default=0.0, ge=0)
 
 
@@ -138,7 +137,7 @@ class HandleBackend:
         except BackPressureError as exc:
             # The version's replicas and queues are full: overloaded, not down. Refused like
             # a supervisor's own 503, so the router neither spills it onto another version
-            # nor counts it against the version (app.core.version_breaker).
+            # nor counts it against the version (app.core.routing.version_breaker).
             refusal: dict[str, Any] = {"status": 503, "detail": f"version {version} overloaded"}
             if exc.retry_after_s is not None:
                 refusal["retry_after_s"] = exc.retry_after_s

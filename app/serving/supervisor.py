@@ -25,12 +25,12 @@ from app.config.knobs import SupervisorKnobs, explain
 from app.config.settings import get_settings
 from app.contract.manifest import Manifest, Runtime, load_manifest
 from app.core.admission import AdmissionGate
-from app.core.coalescing import CoalescingScorer
-from app.core.fanout import EnsembleScorer, Fanout, MemberGroupClient
 from app.core.load_meter import LoadMeter
-from app.core.loop_lag import LoopLag
-from app.core.offer_service import OfferService
-from app.core.precomputed import PrecomputedOffers, PrecomputedTier
+from app.core.online.coalescing import CoalescingScorer
+from app.core.online.fanout import EnsembleScorer, Fanout, MemberGroupClient
+from app.core.online.loop_lag import LoopLag
+from app.core.online.offer_service import OfferService
+from app.core.online.precomputed import PrecomputedOffers, PrecomputedTier
 from app.core.service_time_limit import ServiceTimeLimit
 from app.serving.autoscaling import replica_stats
 from app.serving.member_group import HandleGroupClient
@@ -201,7 +201,7 @@ class Supervisor:
         # Logins held over the admission bound: what this deployment autoscales on.
         self._load = LoadMeter(config.max_in_flight)
         self._idle = IdleCpu()
-        # Its own loop's lag tells overload from waiting (app.core.loop_lag).
+        # Its own loop's lag tells overload from waiting (app.core.online.loop_lag).
         self._loop_lag = LoopLag()
         self._loop_lag_task = asyncio.get_running_loop().create_task(self._loop_lag.run())
         self._limit = (

@@ -74,8 +74,8 @@ def model_compute_limit(version_dir: Path, features: Path, cpus: float) -> dict[
     from app.adapters.member_model import MemberModel
     from app.batch.datasource import feature_columns
     from app.contract.manifest import load_manifest
-    from app.core.batch_scoring import BatchScorer
     from app.core.offers import OfferCatalog
+    from app.core.offline.batch_scoring import BatchScorer
 
     manifest = load_manifest(version_dir)
     catalog = OfferCatalog(manifest)

@@ -31,8 +31,8 @@ from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.core.admission import AdmissionGate
 from app.core.aggregation import MemberScores
-from app.core.fanout import FanoutResult
-from app.core.offer_service import OfferService
+from app.core.online.fanout import FanoutResult
+from app.core.online.offer_service import OfferService
 
 
 class LegacySettings(BaseSettings):

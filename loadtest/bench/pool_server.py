@@ -37,9 +37,9 @@ from app.config.app_args import CoalescingConfig, EnsembleAppArgs
 from app.config.settings import get_settings
 from app.contract.manifest import Runtime, load_manifest
 from app.core.admission import AdmissionGate
-from app.core.coalescing import CoalescingScorer
-from app.core.fanout import Fanout, MemberRef
-from app.core.offer_service import OfferService
+from app.core.online.coalescing import CoalescingScorer
+from app.core.online.fanout import Fanout, MemberRef
+from app.core.online.offer_service import OfferService
 
 _ARGS = EnsembleAppArgs.model_fields
 

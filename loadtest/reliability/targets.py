@@ -12,7 +12,7 @@ import requests
 import yaml
 
 from app.config.router_args import RouterAppArgs
-from app.core.version_split import VersionSplit
+from app.core.routing.version_split import VersionSplit
 from app.local.dynalite import Dynalite
 from app.local.serve_config import ROUTER_IMPORT_PATH
 from loadtest.harness.cluster import LocalCluster

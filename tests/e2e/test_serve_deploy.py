@@ -329,7 +329,7 @@ ROUTER_APP = "galaxy-raiders"
 
 
 def split_of(weights: dict[str, float]):
-    from app.core.version_split import VersionSplit
+    from app.core.routing.version_split import VersionSplit
 
     return VersionSplit("galaxy-raiders", ["2026-10", "2026-11"], weights)
 

@@ -11,7 +11,7 @@ import pytest
 from app.adapters.dynamodb import PARTITION_KEY, FeatureStore, player_key
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
-from app.core.feature_source import FeatureStoreUnavailable
+from app.core.online.feature_source import FeatureStoreUnavailable
 from app.local.dynalite import local_client
 from app.local.processes import free_port
 from models.population import player_id
@@ -233,7 +233,7 @@ def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_re
     fail_max of them, then reads fail fast; once the store is quick again, a trial read after
     the reset timeout closes the breaker, without a restart."""
     from app.adapters.dynamodb import make_client
-    from app.core.offer_service import FallbackReason, OfferQuery, OfferService
+    from app.core.online.offer_service import FallbackReason, OfferQuery, OfferService
     from tests.support import FakeMember
 
     endpoint, slow = slow_proxy
@@ -250,7 +250,7 @@ def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_re
     members = [
         FakeMember(e.name, e.weight, lambda m: np.full(m.shape[0], 0.2)) for e in manifest.members
     ]
-    from app.core.fanout import Fanout
+    from app.core.online.fanout import Fanout
 
     service = OfferService(manifest, store, Fanout(members), request_budget_ms=1000, quorum=0.5)
 

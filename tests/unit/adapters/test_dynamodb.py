@@ -12,9 +12,9 @@ import pytest
 
 from app.adapters.dynamodb import PARTITION_KEY, WARM_UP_PLAYER, FeatureStore, player_key
 from app.config.settings import Settings
-from app.core.fanout import Fanout
-from app.core.feature_source import FeatureStoreUnavailable
-from app.core.offer_service import FallbackReason, OfferQuery, OfferService
+from app.core.online.fanout import Fanout
+from app.core.online.feature_source import FeatureStoreUnavailable
+from app.core.online.offer_service import FallbackReason, OfferQuery, OfferService
 from tests.support import FakeMember, small_manifest, small_schema
 
 pytestmark = pytest.mark.unit

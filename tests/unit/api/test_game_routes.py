@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from app.api.game_routes import build_router_api
 from app.api.schemas import SplitInfo
-from app.core.offer_routing import OfferRouter
-from app.core.version_split import VersionSplit
+from app.core.routing.offer_routing import OfferRouter
+from app.core.routing.version_split import VersionSplit
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import pytest
 
 from app.api.routed_login import answer_routed_login
 from app.core.admission import AdmissionGate
-from app.core.fanout import Fanout
-from app.core.offer_service import OfferService
+from app.core.online.fanout import Fanout
+from app.core.online.offer_service import OfferService
 from tests.support import FakeFeatureStore, FakeMember, small_manifest
 
 pytestmark = pytest.mark.unit

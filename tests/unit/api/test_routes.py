@@ -9,8 +9,8 @@ from pydantic import SecretStr
 
 from app.api.routes import build_http_api
 from app.core.admission import AdmissionGate
-from app.core.fanout import Fanout
-from app.core.offer_service import OfferService
+from app.core.online.fanout import Fanout
+from app.core.online.offer_service import OfferService
 from tests.support import FakeFeatureStore, FakeMember, small_manifest
 
 pytestmark = pytest.mark.unit

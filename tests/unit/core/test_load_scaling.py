@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.load_meter import LoadMeter
-from app.core.replica_scaling import desired_replicas
+from app.core.planning.replica_scaling import desired_replicas
 from tests.support import ManualClock
 
 pytestmark = pytest.mark.unit
@@ -105,7 +105,7 @@ def test_the_policy_reads_only_running_replicas_and_holds_before_any_report():
 
 
 def test_no_replica_is_added_while_no_host_has_idle_cpu():
-    from app.core.replica_scaling import capped_by_idle_cpu
+    from app.core.planning.replica_scaling import capped_by_idle_cpu
 
     # More wanted, a host has 0.8 cores idle: granted.
     assert capped_by_idle_cpu(3.0, 2, idle_cpus=0.8, min_idle_cpus=0.5) == 3.0

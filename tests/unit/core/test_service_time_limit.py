@@ -152,7 +152,7 @@ def test_the_loop_lag_is_the_median_of_the_last_seconds_ticks():
     import asyncio
     import time
 
-    from app.core.loop_lag import TICKS, LoopLag
+    from app.core.online.loop_lag import TICKS, LoopLag
 
     lag = LoopLag()
     assert lag.recent_s() == 0.0

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.contract.manifest import MemberEntry
-from app.core.member_placement import MemberCost
+from app.core.planning.member_placement import MemberCost
 from app.serving.member_layout import (
     MemberLayout,
     place_members,

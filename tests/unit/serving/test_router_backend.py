@@ -15,7 +15,7 @@ from ray.serve.schema import (
     ServeStatus,
 )
 
-from app.core.offer_routing import VersionHealth, VersionUnavailable
+from app.core.routing.offer_routing import VersionHealth, VersionUnavailable
 from app.serving.router import (
     STATUS_POLL_S,
     STATUS_POLL_UNAVAILABLE_S,

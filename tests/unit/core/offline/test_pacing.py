@@ -1,6 +1,6 @@
 import pytest
 
-from app.core.pacing import ReadPacer
+from app.core.offline.pacing import ReadPacer
 from tests.support import ManualClock
 
 pytestmark = pytest.mark.unit

@@ -3,7 +3,7 @@ closes on any answer. Time is a fake clock."""
 
 import pytest
 
-from app.core.version_breaker import VersionBreaker
+from app.core.routing.version_breaker import VersionBreaker
 
 pytestmark = pytest.mark.unit
 

@@ -19,10 +19,10 @@ from app.contract.feature_schema import FeatureValue
 from app.contract.manifest import Manifest
 from app.core.aggregation import weighted_mean
 from app.core.deadline import Deadline
-from app.core.fanout import EnsembleScorer, FanoutResult
-from app.core.feature_source import FeatureSource, FeatureStoreUnavailable
 from app.core.offers import OfferCatalog, OfferDecision
-from app.core.precomputed import PrecomputedTier
+from app.core.online.fanout import EnsembleScorer, FanoutResult
+from app.core.online.feature_source import FeatureSource, FeatureStoreUnavailable
+from app.core.online.precomputed import PrecomputedTier
 from app.core.tally_log import TallyLog
 from app.core.telemetry import NoTelemetry, Telemetry
 
@@ -57,7 +57,7 @@ class Tier(StrEnum):
     """Where an answer's offer came from."""
 
     ONLINE = "online"  # scored now, from the player's current features
-    # The last batch run's offer for this player (app.core.precomputed): the online path
+    # The last batch run's offer for this player (app.core.online.precomputed): the online path
     # failed (fallback_reason says why), but the offer is still the player's own.
     PRECOMPUTED = "precomputed"
     DEFAULT = "default"  # the version's one non-personalized offer

@@ -3,8 +3,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.core.fanout import Fanout, MemberRef
-from app.core.offer_service import FallbackReason, OfferQuery, OfferService, UnknownGame
+from app.core.online.fanout import Fanout, MemberRef
+from app.core.online.offer_service import FallbackReason, OfferQuery, OfferService, UnknownGame
 from tests.support import FakeFeatureStore, FakeMember, small_manifest
 
 pytestmark = pytest.mark.unit

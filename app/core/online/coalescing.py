@@ -19,7 +19,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from app.core.fanout import Fanout, FanoutResult, FanoutRound
+from app.core.online.fanout import Fanout, FanoutResult, FanoutRound
 
 Item = TypeVar("Item")
 Out = TypeVar("Out")

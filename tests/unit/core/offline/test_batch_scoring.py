@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from app.core.aggregation import MemberScores, weighted_mean
-from app.core.batch_scoring import BatchScorer
 from app.core.offers import OfferCatalog
+from app.core.offline.batch_scoring import BatchScorer
 from tests.support import small_manifest
 
 pytestmark = pytest.mark.unit

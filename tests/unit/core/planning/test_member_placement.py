@@ -1,4 +1,4 @@
-"""The layout planner's decisions on controlled costs (app.core.member_placement)."""
+"""The layout planner's decisions on controlled costs (app.core.planning.member_placement)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from app.core.member_placement import MemberCost, PlanInputs, logins_per_call, plan_layout
+from app.core.planning.member_placement import MemberCost, PlanInputs, logins_per_call, plan_layout
 
 pytestmark = pytest.mark.unit
 

@@ -1,16 +1,15 @@
 """A game's front door: send each login to the version the split assigns, or to another.
 
-The router holds no models and reads no features: it picks a version (app.core.version_split),
-forwards the login with what is left of its budget, and if that version's application is
-missing, not running, failing or silent, tries the next one while budget remains, flagging
-the answer (`rerouted_reason`). A version that failed or stayed silent for several logins in
-a row is skipped for a while (app.core.version_breaker). A version that refuses because it is
-overloaded (503) is not bypassed: its load would only overload the next one. A login for a
-version the router already fills waits in the router for a slot, within its queue allowance,
-or is refused by the router without the hop; a version is tried once more when only one of
-its supervisors was full (app.core.version_load). When no version can answer, the caller gets
-a fast 503 with Retry-After, never a 5xx of another kind.
-"""
+The router holds no models and reads no features: it picks a version
+(app.core.routing.version_split), forwards the login with what is left of its budget, and if
+that version's application is missing, not running, failing or silent, tries the next one while
+budget remains, flagging the answer (`rerouted_reason`). A version that failed or stayed silent
+for several logins in a row is skipped for a while (app.core.routing.version_breaker). A version
+that refuses because it is overloaded (503) is not bypassed: its load would only overload the
+next one. A login for a version the router already fills waits in the router for a slot, within
+its queue allowance, or is refused by the router without the hop; a version is tried once more
+when only one of its supervisors was full (app.core.routing.version_load). When no version can
+answer, the caller gets a fast 503 with Retry-After, never a 5xx of another kind."""
 
 from __future__ import annotations
 
@@ -23,10 +22,10 @@ from typing import Any, Protocol
 from app.core.admission import OVERLOADED_DETAIL
 from app.core.deadline import Deadline
 from app.core.load_meter import LoadMeter
+from app.core.routing.version_breaker import VersionBreaker
+from app.core.routing.version_load import VersionLoad
+from app.core.routing.version_split import VersionSplit
 from app.core.tally_log import TallyLog
-from app.core.version_breaker import VersionBreaker
-from app.core.version_load import VersionLoad
-from app.core.version_split import VersionSplit
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +36,7 @@ MIN_ATTEMPT_MS = 20.0
 # version answers by its deadline; this covers the hop back).
 REPLY_GRACE_S = 0.05
 # How many more times a login refused by one full supervisor is sent to the same version while
-# the version has room (app.core.version_load): Serve's handle can pick the full one again.
+# the version has room (app.core.routing.version_load): Serve's handle can pick the full one again.
 FULL_REPLICA_RETRIES = 2
 # A full supervisor's wait for a slot ends this long before the try's budget does, so that its
 # refusal still gets back through both event loops before the router stops waiting for it
@@ -176,7 +175,7 @@ class OfferRouter:
                 order.append(version)
                 continue
             # It failed or stayed silent for the last logins: do not spend this one's budget
-            # finding out again, nor keep a reserve for it (app.core.version_breaker).
+            # finding out again, nor keep a reserve for it (app.core.routing.version_breaker).
             if version == assigned:
                 reason = skipped
             self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")

@@ -11,8 +11,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.core.coalescing import Coalescer, CoalescingScorer
-from app.core.fanout import Fanout, MemberRef
+from app.core.online.coalescing import Coalescer, CoalescingScorer
+from app.core.online.fanout import Fanout, MemberRef
 
 pytestmark = pytest.mark.unit
 

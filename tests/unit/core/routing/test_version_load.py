@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from app.core.version_load import VersionLoad
+from app.core.routing.version_load import VersionLoad
 
 pytestmark = pytest.mark.unit
 

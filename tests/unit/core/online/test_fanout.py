@@ -5,8 +5,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.core.coalescing import CoalescingScorer
-from app.core.fanout import Fanout
+from app.core.online.coalescing import CoalescingScorer
+from app.core.online.fanout import Fanout
 from tests.support import FakeMember
 
 pytestmark = pytest.mark.unit

@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.core.version_split import VersionSplit, player_point
+from app.core.routing.version_split import VersionSplit, player_point
 
 pytestmark = pytest.mark.unit
 

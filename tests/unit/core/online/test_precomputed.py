@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from app.contract import offer_snapshot as snap
-from app.core.fanout import Fanout
-from app.core.offer_service import FallbackReason, OfferQuery, OfferService, Tier
 from app.core.offers import OfferCatalog
-from app.core.precomputed import PrecomputedOffers, PrecomputedTier
+from app.core.online.fanout import Fanout
+from app.core.online.offer_service import FallbackReason, OfferQuery, OfferService, Tier
+from app.core.online.precomputed import PrecomputedOffers, PrecomputedTier
 from tests.support import FakeFeatureStore, FakeMember, ManualClock, small_manifest
 
 pytestmark = pytest.mark.unit

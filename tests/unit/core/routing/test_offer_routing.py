@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from app.core.offer_routing import (
+from app.core.routing.offer_routing import (
     FULL_REPLICA_RETRIES,
     MIN_ATTEMPT_MS,
     SUPERVISOR_REFUSAL_MARGIN_MS,
@@ -13,9 +13,9 @@ from app.core.offer_routing import (
     VersionUnavailable,
     unavailable_reason,
 )
-from app.core.version_breaker import VersionBreaker
-from app.core.version_load import VersionLoad
-from app.core.version_split import VersionSplit
+from app.core.routing.version_breaker import VersionBreaker
+from app.core.routing.version_load import VersionLoad
+from app.core.routing.version_split import VersionSplit
 
 pytestmark = pytest.mark.unit
 

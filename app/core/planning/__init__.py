@@ -1,0 +1,2 @@
+"""Planning before anything serves: where each member is scored (the layout, from measured
+predict costs) and how many replicas a load needs."""
