@@ -64,7 +64,6 @@ SNAPSHOT_PARTIAL = f"{SNAPSHOT_FILENAME}.partial"
 
 
 def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
-    store = profile.model_store
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -81,14 +80,12 @@ def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Resource": [_object_arn(profile, f"*/{SNAPSHOT_FILENAME}")],
             },
             _list_prefix(profile, "ListBatchRuns"),
-            _read_versions(profile),
-            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
+            *_read_versions(profile),
         ],
     }
 
 
 def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
-    store = profile.model_store
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -111,8 +108,7 @@ def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
                 "Resource": [_object_arn(profile, f"*/{SNAPSHOT_PARTIAL}")],
             },
             _list_prefix(profile, "ListBatchRuns"),
-            _read_versions(profile),
-            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
+            *_read_versions(profile),
         ],
     }
 
@@ -151,16 +147,20 @@ def _list_prefix(profile: ProductionProfile, sid: str) -> dict[str, Any]:
     return _list(profile.batch.bucket(), profile.batch.prefix(), sid)
 
 
-def _read_versions(profile: ProductionProfile) -> dict[str, Any]:
-    """GetObject under the model store's prefix: what loading a published version needs
-    (the serve and batch roles alike)."""
+def _read_versions(profile: ProductionProfile) -> list[dict[str, Any]]:
+    """GetObject under the model store's prefix and listing it (a missing version is then a
+    404, not a 403): what loading a published version needs, the serve and batch roles
+    alike."""
     store = profile.model_store
-    return {
-        "Sid": "ReadPublishedVersions",
-        "Effect": "Allow",
-        "Action": ["s3:GetObject"],
-        "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
-    }
+    return [
+        {
+            "Sid": "ReadPublishedVersions",
+            "Effect": "Allow",
+            "Action": ["s3:GetObject"],
+            "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
+        },
+        _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
+    ]
 
 
 def _s3_arn(bucket: str, prefix: str, below_prefix: str) -> str:

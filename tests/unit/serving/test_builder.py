@@ -149,3 +149,17 @@ def test_a_serve_override_for_a_deployment_the_layout_lacks_is_explained(
     app = checkout_apps(path)[0]
     with pytest.raises(ConfigError, match="does not create"):
         check_deployment_overrides(app)
+
+
+def test_a_version_of_another_profile_is_refused_at_build(standard_models, tmp_path) -> None:
+    """A store holds one build of a version: an application asking for another profile of
+    it must not serve the published one under the wrong name. Here the `tiny` folder of the
+    version holds the standard build."""
+    app = checkout_apps(SHIPPED[0])[0]
+    game, version = app.args.game, app.args.version
+    (tmp_path / "tiny" / game).mkdir(parents=True)
+    (tmp_path / "tiny" / game / version).symlink_to(app.args.version_dir())
+    mislabelled = app.args.model_copy(update={"profile": "tiny", "artifacts_root": tmp_path})
+    with pytest.raises(ValueError, match="of profile 'standard', not .* of 'tiny'"):
+        build_app(mislabelled)
+    build_app(app.args)  # the same folder under its own profile builds
