@@ -157,23 +157,24 @@ class MemberGroupModel:
 class InProcessGroupClient:
     """A member group scored in this process: the supervisor's inline members
     (app.core.planning.member_placement). The same predicts as a member deployment's, on the group's
-    own worker thread, without the hop. `delay_s`: injected before scoring (faults)."""
+    own worker thread, without the hop. `delay_s`: injected before scoring (faults, set live
+    by the supervisor's knobs)."""
 
     def __init__(self, name: str, group: MemberGroupModel, *, delay_s: float = 0.0) -> None:
         self.name = name
         self.members = tuple(MemberRef(e.name, e.weight) for e in group.entries)
         self._group = group
-        self._delay_s = delay_s
+        self.delay_s = delay_s
 
     def score(self, matrix: np.ndarray) -> Awaitable[np.ndarray]:
-        if self._delay_s > 0:
+        if self.delay_s > 0:
             return self._score_late(matrix)
         # The worker thread's own future, not a coroutine: the fan-out round waits on it
         # without a task of its own (two loop turns fewer per fan-out).
         return self._group.score_async(matrix)
 
     async def _score_late(self, matrix: np.ndarray) -> np.ndarray:
-        await asyncio.sleep(self._delay_s)
+        await asyncio.sleep(self.delay_s)
         return await self._group.score_async(matrix)
 
     def close(self) -> None:

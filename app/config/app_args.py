@@ -12,7 +12,13 @@ from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
-from app.config.knobs import BudgetMs, CoalescingLimits, SupervisorKnobs, deep_merge
+from app.config.knobs import (
+    BudgetMs,
+    CoalescingLimits,
+    FaultInjection,
+    SupervisorKnobs,
+    deep_merge,
+)
 from app.config.settings import get_settings
 from app.config.strict import StrictModel
 from app.contract.artifacts import version_dir
@@ -333,16 +339,6 @@ class PrecomputedArgs(StrictModel):
     )
 
 
-class FaultInjection(StrictModel):
-    """Faults for chaos tests and drills. Off by default; changed at runtime (user_config)."""
-
-    slow_members_ms: dict[str, float] = Field(
-        default_factory=dict,
-        description="member name -> delay added before it scores each request. In a group "
-        "the whole group waits for its slowest member.",
-    )
-
-
 class MemberGroupConfig(StrictModel):
     """A member group deployment's user_config (applied in reconfigure, no restart)."""
 
@@ -451,6 +447,7 @@ class EnsembleAppArgs(StrictModel):
                 max_in_flight=self.coalescing.max_in_flight,
                 max_hold_ms=self.coalescing.max_hold_ms,
             ),
+            faults=self.faults,
         )
 
     def version_dir(self) -> Path:

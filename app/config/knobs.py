@@ -37,6 +37,18 @@ class CoalescingLimits(FrozenModel):
     max_hold_ms: float = Field(gt=0, le=10_000)
 
 
+class FaultInjection(FrozenModel):
+    """Faults for chaos tests and drills, off by default and live like the other knobs: the
+    supervisor applies them to the members it scores inline (its user_config's `faults`),
+    each member deployment to its own (MemberGroupConfig's `faults`)."""
+
+    slow_members_ms: dict[str, Annotated[float, Field(ge=0, le=600_000)]] = Field(
+        default_factory=dict,
+        description="member name -> delay added before it scores each request. In a group "
+        "the whole group waits for its slowest member.",
+    )
+
+
 class SupervisorKnobs(FrozenModel):
     """The supervisor's user_config, whole (after merging a partial change over the baseline)."""
 
@@ -48,6 +60,7 @@ class SupervisorKnobs(FrozenModel):
     # counts for nothing and is reported as missing ("weighted_out").
     member_weights: dict[str, float]
     coalescing: CoalescingLimits
+    faults: FaultInjection
 
     @model_validator(mode="after")
     def _non_negative_weights(self) -> Self:
@@ -62,6 +75,12 @@ class SupervisorKnobs(FrozenModel):
         if unknown:
             raise ValueError(
                 f"member_weights names {unknown}, not members of this version ({sorted(members)})"
+            )
+        slowed = sorted(set(self.faults.slow_members_ms) - set(members))
+        if slowed:
+            raise ValueError(
+                f"faults.slow_members_ms names {slowed}, not members of this version "
+                f"({sorted(members)})"
             )
         if sum(self.weights(members).values()) <= 0:
             raise ValueError("member_weights leave no member with a positive weight")
@@ -80,8 +99,13 @@ class SupervisorKnobs(FrozenModel):
         """This baseline with a partial change on top; pydantic's ValidationError if invalid."""
         if not change:
             return self
-        # member_weights is replaced whole: a change lists every override it wants.
-        merged = deep_merge(self.model_dump(), dict(change), replace=frozenset({"member_weights"}))
+        # member_weights and the delays are replaced whole: a change lists every override
+        # it wants (an empty mapping clears them).
+        merged = deep_merge(
+            self.model_dump(),
+            dict(change),
+            replace=frozenset({"member_weights", "slow_members_ms"}),
+        )
         return SupervisorKnobs.model_validate(merged)
 
 
@@ -143,9 +167,14 @@ def explain(exc: Exception) -> str:
 def deep_merge(
     base: dict[str, Any], changes: dict[str, Any], *, replace: frozenset[str] = frozenset()
 ) -> dict[str, Any]:
-    """`base` with a partial, YAML-shaped `changes` on top; keys in `replace` are taken whole."""
+    """`base` with a partial, YAML-shaped `changes` on top; keys in `replace`, at any depth,
+    are taken whole."""
     merged = dict(base)
     for key, value in changes.items():
         nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
-        merged[key] = deep_merge(merged[key], value) if nested and key not in replace else value
+        merged[key] = (
+            deep_merge(merged[key], value, replace=replace)
+            if nested and key not in replace
+            else value
+        )
     return merged

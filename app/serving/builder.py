@@ -92,9 +92,6 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         max_batch_rows=args.batching.max_batch_rows,
         groups={g.deployment: [e.name for e in g.members] for g in placed.groups},
         inline=[e.name for e in placed.inline],
-        inline_delay_ms=max(
-            (args.faults.slow_members_ms.get(e.name, 0.0) for e in placed.inline), default=0.0
-        ),
         placements=placed.placements(),
         max_in_flight=args.admission.max_in_flight,
         adaptive_admission=args.admission.adaptive,

@@ -59,8 +59,6 @@ class SupervisorConfig(BaseModel):
     groups: dict[str, list[str]]
     # Members this replica scores itself, in-process (layout auto's inline placement).
     inline: list[str] = Field(default_factory=list)
-    # Injected before the inline members score (faults.slow_members_ms, the slowest of them).
-    inline_delay_ms: float = Field(default=0.0, ge=0)
     # Member -> where it is scored and, when planned, why (GET /v1/ensemble's `layout`).
     placements: dict[str, dict[str, Any]] = Field(default_factory=dict)
     max_in_flight: int = Field(ge=1)
@@ -115,9 +113,7 @@ def member_clients(
             config.runtime,
             manifest.fidelity,
         )
-        clients.append(
-            InProcessGroupClient(INLINE_CLIENT, group, delay_s=config.inline_delay_ms / 1000.0)
-        )
+        clients.append(InProcessGroupClient(INLINE_CLIENT, group))
     return clients
 
 
@@ -333,6 +329,12 @@ class Supervisor:
         self._service.configure(
             request_budget_ms=knobs.request_budget_ms, quorum=knobs.quorum, weights=weights
         )
+        if self._inline is not None:
+            # The members of a group wait for its slowest one, in-process as in a deployment.
+            delays = knobs.faults.slow_members_ms
+            self._inline.delay_s = (
+                max((delays.get(m.name, 0.0) for m in self._inline.members), default=0.0) / 1000
+            )
         if self._limit is not None:
             budget_ms = knobs.request_budget_ms
             self._limit.retarget(

@@ -1,4 +1,5 @@
-"""Real Ray Serve, real dynalite, real HTTP: the tiny ensemble deployed with serve.run."""
+"""Real Ray Serve, real dynalite, real HTTP: the tiny ensemble deployed as `serve deploy` does
+(tests.integration.serve_apps)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import time
 import pytest
 import requests
 
+from app.contract import deployments
 from app.local.processes import LOCAL_CREDENTIALS, free_port
 from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
+from tests.integration.serve_apps import BUILD_APP, BUILD_ROUTER, ServeApps
 
 APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
 ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
 STORE_BUCKET = "offers-models"
+SUPERVISOR = deployments.SUPERVISOR
+
+# The applications of the session's cluster (serve_app): one declarative config.
+APPS = ServeApps()
 
 
 @pytest.fixture(scope="session")
@@ -84,39 +91,62 @@ def serve_app(tiny_version_dir, dynalite_server, batch_output_root, s3_server, m
                 os.environ[key] = value
 
 
-def app_args(tiny_version_dir, **overrides):
-    """The integration application: tiny ensemble, one deployment (and replica) per member,
+def app_args(tiny_version_dir, **overrides) -> dict:
+    """The integration application's args, as a Serve config carries them (checked here, so
+    a test's typo fails at once): tiny ensemble, one deployment (and replica) per member,
     one supervisor replica: these tests judge answers, not scaling (test_autoscaling does)."""
     from app.config.app_args import EnsembleAppArgs
 
     one_replica = {"autoscaling": {"min_replicas": 1, "max_replicas": 1}}
-    return EnsembleAppArgs.model_validate(
-        {
-            "game": TEST_GAME,
-            "version": TEST_VERSION,
-            "profile": "tiny",
-            "artifacts_root": tiny_version_dir.parents[2],
-            "members": one_replica,
-            "supervisor": one_replica,
-            **overrides,
-        }
-    )
+    args = {
+        "game": TEST_GAME,
+        "version": TEST_VERSION,
+        "profile": "tiny",
+        "artifacts_root": str(tiny_version_dir.parents[2]),
+        "members": one_replica,
+        "supervisor": one_replica,
+        **overrides,
+    }
+    EnsembleAppArgs.model_validate(args)
+    return args
 
 
-def deploy(args, name: str = APP_NAME, route_prefix: str = ROUTE_PREFIX) -> None:
-    """serve.run, which updates a running application in place (user_config changes only
-    reconfigure the replicas). Returns once replaced replicas are gone too: serve.run
-    returns when the new ones are healthy, while old ones may still finish requests."""
-    from ray import serve
-
-    from app.serving.builder import build_app
-
-    serve.run(build_app(args), name=name, route_prefix=route_prefix)
+def deploy(
+    args: dict,
+    name: str = APP_NAME,
+    route_prefix: str = ROUTE_PREFIX,
+    user_configs: dict[str, dict] | None = None,
+) -> None:
+    """Deploys an ensemble application, or updates it in place: new args replace its
+    replicas, new `user_configs` (deployment -> user_config) reconfigure them. Returns once
+    it is RUNNING and replaced replicas are gone too (they may still finish requests)."""
+    APPS.deploy(name, route_prefix, BUILD_APP, args, user_configs)
     deadline = time.monotonic() + 60
-    while len(replica_actor_names(name, "supervisor")) > 1:
+    while len(replica_actor_names(name, SUPERVISOR)) > 1:
         if time.monotonic() > deadline:
             raise TimeoutError(f"old supervisor replicas of {name} still running")
         time.sleep(0.2)
+
+
+def reconfigure(user_configs: dict[str, dict], name: str = APP_NAME) -> None:
+    """Live knobs of a deployed application (deployment -> user_config), the same replicas;
+    `{}` gives every deployment back the user_config of its args."""
+    APPS.reconfigure(name, user_configs)
+
+
+def undeploy(name: str) -> None:
+    APPS.delete(name)
+
+
+def slow_members(delays_ms: dict[str, float], supervisor: dict | None = None) -> dict[str, dict]:
+    """The user_configs that inject `delays_ms` (member -> ms) wherever the members are
+    scored (their deployments and the supervisor's inline ones), with `supervisor`'s other
+    knobs. For the tests' one-deployment-per-member layout."""
+    faults = {"slow_members_ms": delays_ms}
+    configs: dict[str, dict] = {SUPERVISOR: {**(supervisor or {}), "faults": faults}}
+    for member in delays_ms:
+        configs[f"member-{member}"] = {"faults": faults}
+    return configs
 
 
 def deploy_router_over(
@@ -124,24 +154,20 @@ def deploy_router_over(
 ) -> tuple[str, str, str]:
     """One version application (`version_args`) and a game router over it alone, as
     `<name>-version` and `<name>`; `router_args` go over the router's game and version.
-    Returns the router's base URL and both application names (for serve.delete)."""
+    Returns the router's base URL and both application names (for undeploy)."""
     from urllib.parse import urlsplit
 
-    from ray import serve
-
     from app.config.router_args import RouterAppArgs
-    from app.serving.builder import build_router
 
     version_app, router_app = f"{name}-version", name
     deploy(version_args, name=version_app, route_prefix=f"/{version_app}")
-    args = RouterAppArgs.model_validate(
-        {
-            "game": TEST_GAME,
-            "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
-            **router_args,
-        }
-    )
-    serve.run(build_router(args), name=router_app, route_prefix=f"/{router_app}")
+    args = {
+        "game": TEST_GAME,
+        "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
+        **router_args,
+    }
+    RouterAppArgs.model_validate(args)
+    APPS.deploy(router_app, f"/{router_app}", BUILD_ROUTER, args)
     return serve_base.replace(urlsplit(serve_base).path, f"/{router_app}"), version_app, router_app
 
 

@@ -20,6 +20,7 @@ from tests.integration.conftest import (
     deploy,
     deploy_router_over,
     replica_actor_names,
+    undeploy,
 )
 from tests.integration.serving.test_reliability import SLOW_MEMBER, offer
 from tests.support import wait_until
@@ -51,8 +52,6 @@ def login_loop(base: str, i: int, stop: threading.Event, statuses: list[int]) ->
 
 
 def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_version_dir):
-    from ray import serve
-
     args = app_args(
         tiny_version_dir,
         layout={"groups": 1},
@@ -92,7 +91,7 @@ def test_a_burst_scales_the_members_up_and_they_come_back_down(serve_app, tiny_v
         assert time.monotonic() - burst_end >= SCALING["downscale_delay_s"] - 1.0
     finally:
         stop.set()
-        serve.delete(APP)
+        undeploy(APP)
 
 
 def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
@@ -100,8 +99,6 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
     # lets into a replica: it could never scale. Now each replica reports the logins it holds
     # over that bound (4 here), and 8 clients on logins a slow member keeps ~200 ms in the
     # version hold it well above the target.
-    from ray import serve
-
     base, version_app, router_app = deploy_router_over(
         serve_app,
         app_args(
@@ -137,5 +134,5 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
         assert statuses and set(statuses) == {200}, sorted(set(statuses))
     finally:
         stop.set()
-        serve.delete(router_app)
-        serve.delete(version_app)
+        undeploy(router_app)
+        undeploy(version_app)

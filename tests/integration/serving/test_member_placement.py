@@ -22,7 +22,7 @@ from app.core.aggregation import MemberScores, weighted_mean
 from app.core.offers import OfferCatalog
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
-from tests.integration.conftest import app_args, deploy
+from tests.integration.conftest import app_args, deploy, undeploy
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +45,6 @@ LAYOUTS = {
 
 @pytest.fixture(scope="module")
 def placed_apps(serve_app, tiny_version_dir):
-    from ray import serve
-
     base = serve_app.rsplit("/", 2)[0]  # http://host:port
     urls = {}
     try:
@@ -60,7 +58,7 @@ def placed_apps(serve_app, tiny_version_dir):
         yield urls
     finally:
         for name in LAYOUTS:
-            serve.delete(f"placement-{name}")
+            undeploy(f"placement-{name}")
 
 
 def offline_reference(tiny_version_dir, dynalite_server, pid: str, runtime: str):

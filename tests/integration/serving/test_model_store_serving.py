@@ -12,21 +12,12 @@ from app.contract.artifacts import ArtifactIntegrityError
 from app.contract.manifest import load_manifest
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_VERSION
-from tests.integration.conftest import STORE_BUCKET, app_args, deploy
+from tests.integration.conftest import STORE_BUCKET, app_args, deploy, undeploy
+from tests.integration.serve_apps import DeployFailed
 
 pytestmark = pytest.mark.integration
 
 NAME, PREFIX = "from-store", "/from-store"
-
-
-@pytest.fixture(autouse=True)
-def fresh_settings():
-    """This process builds the applications: its settings as the environment says now."""
-    from app.config.settings import get_settings
-
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
 
 
 def published(s3_server, tiny_version_dir, prefix: str) -> ModelStore:
@@ -38,8 +29,6 @@ def published(s3_server, tiny_version_dir, prefix: str) -> ModelStore:
 def test_replicas_load_a_published_version_through_the_node_cache(
     serve_app, s3_server, model_cache_dir, tiny_version_dir
 ):
-    from ray import serve
-
     store = published(s3_server, tiny_version_dir, "serving")
     deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
     try:
@@ -55,21 +44,22 @@ def test_replicas_load_a_published_version_through_the_node_cache(
         info = requests.get(f"{base}/v1/ensemble", timeout=10).json()
         assert "artifacts (node cache), manifest" in info["startup_ms"]
     finally:
-        serve.delete(NAME)
+        undeploy(NAME)
 
 
 def test_a_version_tampered_with_in_the_store_is_refused_before_it_loads(
-    serve_app, s3_server, tiny_version_dir, tmp_path, monkeypatch
+    serve_app, s3_server, tiny_version_dir
 ):
     store = published(s3_server, tiny_version_dir, "tampered")
     entry = load_manifest(tiny_version_dir).members[0]
     key = f"{store.prefix}/{TEST_GAME}/{TEST_VERSION}/{entry.artifact}"
     s3_server.client().put_object(Bucket=STORE_BUCKET, Key=key, Body=b"tampered")
-    # This process builds the application: its own node cache, empty.
-    monkeypatch.setenv("OFFERS_MODEL_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(ArtifactIntegrityError) as refused:
+    # The cluster builds the application, into a cache folder of this prefix: empty.
+    with pytest.raises(DeployFailed) as refused:
         deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
-    assert entry.artifact in str(refused.value) and entry.sha256 in str(refused.value)
+    message = str(refused.value)
+    assert ArtifactIntegrityError.__name__ in message
+    assert entry.artifact in message and entry.sha256 in message
     # The application serving beside it is untouched.
     body = {"player_id": player_id(1), "game": TEST_GAME}
     assert requests.post(f"{serve_app}/v1/offers", json=body, timeout=10).status_code == 200

@@ -21,7 +21,15 @@ from app.local.seeding import ensure_table, seed_game
 from loadtest.harness.locust_runner import LoadResult, LoadTarget, run_locust
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
-from tests.integration.conftest import APP_NAME, app_args, deploy, replica_actor_names
+from tests.integration.conftest import (
+    APP_NAME,
+    app_args,
+    deploy,
+    reconfigure,
+    replica_actor_names,
+    slow_members,
+    undeploy,
+)
 from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
@@ -118,33 +126,25 @@ def member_handle(name: str):
 
 
 @pytest.fixture(scope="class")
-def slow_member(serve_app, tiny_version_dir):
-    """SLOW_MEMBER sleeps 3 s per request (fault injection) for the tests of one class, then
-    recovers. No straggler grace: these tests are about the budget and the caller's deadline.
-    Class-scoped: a redeploy and its restore take ~23 s, paid once for the class."""
-    faults = {"faults": {"slow_members_ms": {SLOW_MEMBER: 3000}}}
-    deploy(app_args(tiny_version_dir, straggler_grace_ms=None, **faults))
+def slow_member(serve_app):
+    """SLOW_MEMBER sleeps 3 s per request (a live fault) for the tests of one class, then
+    recovers. No straggler grace: these tests are about the budget and the caller's deadline."""
+    reconfigure(slow_members({SLOW_MEMBER: 3000}, supervisor={"straggler_grace_ms": None}))
     try:
         yield SLOW_MEMBER
     finally:
-        deploy(app_args(tiny_version_dir))
+        reconfigure({})
 
 
 @pytest.fixture
-def slow_member_long_budget(serve_app, tiny_version_dir):
+def slow_member_long_budget(serve_app):
     """SLOW_MEMBER sleeps 3 s within a 5 s budget: only a disconnect cancels it early."""
-    deploy(
-        app_args(
-            tiny_version_dir,
-            request_budget_ms=5000,
-            straggler_grace_ms=None,
-            faults={"slow_members_ms": {SLOW_MEMBER: 3000}},
-        )
-    )
+    knobs = {"request_budget_ms": 5000, "straggler_grace_ms": None}
+    reconfigure(slow_members({SLOW_MEMBER: 3000}, supervisor=knobs))
     try:
         yield SLOW_MEMBER
     finally:
-        deploy(app_args(tiny_version_dir))
+        reconfigure({})
 
 
 def test_client_disconnect_cancels_member_work(serve_app, slow_member_long_budget):
@@ -197,17 +197,15 @@ class TestWithASlowMember:
         assert body["timings"]["total_ms"] < BUDGET_MS
 
 
-def test_straggler_grace_answers_without_a_stuck_member_long_before_the_budget(
-    serve_app, tiny_version_dir
-):
+def test_straggler_grace_answers_without_a_stuck_member_long_before_the_budget(serve_app):
     """The shipped default: once the quorum answered, a member that is still busy (here 3 s
     of injected delay, as a replica on a lost node would be) gets 150 ms more, not the
     whole budget."""
-    deploy(app_args(tiny_version_dir, faults={"slow_members_ms": {SLOW_MEMBER: 3000}}))
+    reconfigure(slow_members({SLOW_MEMBER: 3000}))
     try:
         body = offer(serve_app, player_id(5)).json()
     finally:
-        deploy(app_args(tiny_version_dir))
+        reconfigure({})
     assert body["personalized"] is True
     assert body["missing_members"] == {SLOW_MEMBER: "timeout"}
     # Without the grace this login would end at the 1000 ms budget, by construction.
@@ -275,8 +273,6 @@ def test_feature_store_outage_gives_flagged_fallbacks_then_recovers(
 
 def test_overload_is_refused_with_503_and_retry_after(serve_app, tiny_version_dir):
     """A tiny second application admits 2 logins at once; the rest are refused on arrival."""
-    from ray import serve
-
     prefix = "/overload-test"
     args = app_args(
         tiny_version_dir,
@@ -313,7 +309,7 @@ def test_overload_is_refused_with_503_and_retry_after(serve_app, tiny_version_di
         # for the members' 800 ms.
         assert max(t for t, _ in refused) < min(accepted)
     finally:
-        serve.delete("overload-test")
+        undeploy("overload-test")
 
 
 def test_the_budget_runs_from_the_front_proxy_stamp(serve_app):

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from models.population import player_id
-from tests.integration.conftest import app_args, deploy_router_over
+from tests.integration.conftest import app_args, deploy_router_over, undeploy
 from tests.integration.serving.test_reliability import SLOW_MEMBER, offer
 
 pytestmark = pytest.mark.integration
@@ -29,8 +29,6 @@ pytestmark = pytest.mark.integration
 def test_a_full_version_holds_routed_logins_for_a_slot_instead_of_refusing(
     serve_app, tiny_version_dir
 ):
-    from ray import serve
-
     base, version_app, router_app = deploy_router_over(
         serve_app,
         app_args(
@@ -64,5 +62,5 @@ def test_a_full_version_holds_routed_logins_for_a_slot_instead_of_refusing(
             assert status == 200, body
             assert body["personalized"] is True and body["rerouted_reason"] is None
     finally:
-        serve.delete(router_app)
-        serve.delete(version_app)
+        undeploy(router_app)
+        undeploy(version_app)

@@ -27,10 +27,22 @@ def test_member_weights_replace_the_overrides_and_can_weight_a_member_out():
     assert BASELINE.merged({"member_weights": {}}).weights(TRAINED) == TRAINED
 
 
+def test_injected_delays_are_live_and_a_change_replaces_them_whole():
+    slowed = BASELINE.merged({"faults": {"slow_members_ms": {"xgb-all": 3000}}}).checked(
+        TRAINED, 1024
+    )
+    assert slowed.faults.slow_members_ms == {"xgb-all": 3000}
+    other = slowed.merged({"faults": {"slow_members_ms": {"logreg-all": 200}}})
+    assert other.faults.slow_members_ms == {"logreg-all": 200}  # not merged per member
+    assert other.merged({"faults": {"slow_members_ms": {}}}).faults == BASELINE.faults
+    assert slowed.merged({"quorum": 0.8}).faults == slowed.faults
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
         ({"quorum": 1.5}, "quorum"),
+        ({"faults": {"slow_members_ms": {"xgb-all": -1}}}, "greater than or equal to 0"),
         ({"request_budget_ms": 0}, "request_budget_ms"),
         ({"coalescing": {"max_in_flight": 0}}, "max_in_flight"),
         ({"member_weights": {"xgb-all": -1}}, ">= 0"),
@@ -47,6 +59,7 @@ def test_invalid_values_are_refused(change, message):
     "change, message",
     [
         ({"member_weights": {"no-such": 1}}, "not members"),
+        ({"faults": {"slow_members_ms": {"no-such": 100}}}, "not members"),
         ({"member_weights": {"xgb-all": 0, "logreg-all": 0}}, "no member with a positive"),
         ({"coalescing": {"max_rows": 2048}}, "max_batch_rows"),
     ],

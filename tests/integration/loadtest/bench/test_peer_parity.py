@@ -18,7 +18,7 @@ from app.local.processes import free_port
 from loadtest.bench.peers import LegacySystem, PoolCompiledSystem, PoolSystem
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE, TEST_VERSION
-from tests.integration.conftest import app_args, deploy
+from tests.integration.conftest import app_args, deploy, undeploy
 
 pytestmark = pytest.mark.integration
 
@@ -31,15 +31,13 @@ NATIVE_APP = "parity-native"
 @pytest.fixture(scope="module")
 def native_app(serve_app, tiny_version_dir):
     """The integration application with `runtime: native`, beside the shipped one."""
-    from ray import serve
-
     base = serve_app.rsplit("/", 2)[0]  # http://host:port
     deploy(app_args(tiny_version_dir, runtime="native"), name=NATIVE_APP,
            route_prefix=f"/{NATIVE_APP}")  # fmt: skip
     try:
         yield f"{base}/{NATIVE_APP}"
     finally:
-        serve.delete(NATIVE_APP)
+        undeploy(NATIVE_APP)
 
 
 @pytest.fixture

@@ -1,0 +1,94 @@
+"""The integration tests' applications, deployed the way `serve deploy` deploys them.
+
+Every application a test deploys is part of one declarative Serve config, applied whole by
+Serve's controller (the call the dashboard's REST API makes for `serve deploy`). So a test
+that changes only the `user_config` of deployments (live knobs, injected faults) gets the
+same replicas reconfigured in place, as an operator would, instead of every replica
+replaced: `serve.run` gives each deployment a new random version on every call.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+BUILD_APP = "app.serving.builder:build_app"
+BUILD_ROUTER = "app.serving.builder:build_router"
+
+
+class DeployFailed(RuntimeError):
+    pass
+
+
+class ServeApps:
+    """The applications of one test cluster, by name, as the config that is applied."""
+
+    def __init__(self) -> None:
+        self._apps: dict[str, dict[str, Any]] = {}
+
+    def deploy(
+        self,
+        name: str,
+        route_prefix: str,
+        import_path: str,
+        args: dict[str, Any],
+        user_configs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Deploys (or updates) one application and returns once it is RUNNING: new args
+        replace its replicas, new `user_configs` (deployment -> user_config) only
+        reconfigure them; a deployment left out gets back the user_config of its code.
+        An application that fails to deploy is deleted, then DeployFailed raised."""
+        self._apps[name] = {
+            "name": name,
+            "route_prefix": route_prefix,
+            "import_path": import_path,
+            "args": args,
+            "deployments": [
+                {"name": deployment, "user_config": config}
+                for deployment, config in (user_configs or {}).items()
+            ],
+        }
+        self._apply()
+        try:
+            wait_running(name)
+        except DeployFailed:
+            self.delete(name)
+            raise
+
+    def reconfigure(self, name: str, user_configs: dict[str, dict[str, Any]]) -> None:
+        """The same application with these live knobs: no replica is replaced."""
+        app = self._apps[name]
+        self.deploy(name, app["route_prefix"], app["import_path"], app["args"], user_configs)
+
+    def delete(self, name: str) -> None:
+        from ray import serve
+
+        if self._apps.pop(name, None) is not None:
+            self._apply()
+        serve.delete(name)
+
+    def _apply(self) -> None:
+        from ray.serve.context import _get_global_client
+        from ray.serve.schema import ServeDeploySchema
+
+        config = ServeDeploySchema.model_validate({"applications": list(self._apps.values())})
+        _get_global_client().deploy_apps(config)
+
+
+def wait_running(name: str, timeout_s: float = 120.0) -> None:
+    """Until the application is RUNNING after the config just applied (applying it marks the
+    application DEPLOYING at once, so a RUNNING read afterwards is the new config's)."""
+    from ray import serve
+    from ray.serve.schema import ApplicationStatus
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        app = serve.status().applications.get(name)
+        if app is not None and app.status == ApplicationStatus.RUNNING:
+            return
+        if app is not None and app.status == ApplicationStatus.DEPLOY_FAILED:
+            raise DeployFailed(f"{name}: {app.message}")
+        if time.monotonic() > deadline:
+            status = "absent" if app is None else f"{app.status}: {app.message}"
+            raise TimeoutError(f"{name} not RUNNING after {timeout_s:.0f} s ({status})")
+        time.sleep(0.2)
