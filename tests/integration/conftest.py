@@ -12,7 +12,7 @@ import requests
 from app.contract import deployments
 from app.local.processes import LOCAL_CREDENTIALS, free_port
 from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
-from tests.integration.serve_apps import BUILD_APP, BUILD_ROUTER, ServeApps
+from tests.integration.serve_apps import BUILD_APP, BUILD_ROUTER, ServeApps, app_config
 
 APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
 ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
@@ -134,8 +134,13 @@ def reconfigure(user_configs: dict[str, dict], name: str = APP_NAME) -> None:
     APPS.reconfigure(name, user_configs)
 
 
-def undeploy(name: str) -> None:
-    APPS.delete(name)
+def deploy_many(apps: dict[str, dict]) -> None:
+    """Several ensemble applications (name -> args, each at route /<name>), started together."""
+    APPS.deploy_many([app_config(name, f"/{name}", BUILD_APP, args) for name, args in apps.items()])
+
+
+def undeploy(*names: str) -> None:
+    APPS.delete(*names)
 
 
 def slow_members(delays_ms: dict[str, float], supervisor: dict | None = None) -> dict[str, dict]:

@@ -38,34 +38,36 @@ class ServeApps:
         replace its replicas, new `user_configs` (deployment -> user_config) only
         reconfigure them; a deployment left out gets back the user_config of its code.
         An application that fails to deploy is deleted, then DeployFailed raised."""
-        self._apps[name] = {
-            "name": name,
-            "route_prefix": route_prefix,
-            "import_path": import_path,
-            "args": args,
-            "deployments": [
-                {"name": deployment, "user_config": config}
-                for deployment, config in (user_configs or {}).items()
-            ],
-        }
+        self.deploy_many([app_config(name, route_prefix, import_path, args, user_configs)])
+
+    def deploy_many(self, apps: list[dict[str, Any]]) -> None:
+        """Several applications (app_config) in one change of the config: they start
+        together, and this returns once every one is RUNNING."""
+        for app in apps:
+            self._apps[app["name"]] = app
         self._apply()
-        try:
-            wait_running(name)
-        except DeployFailed:
-            self.delete(name)
-            raise
+        for app in apps:
+            try:
+                wait_running(app["name"])
+            except DeployFailed:
+                self.delete(app["name"])
+                raise
 
     def reconfigure(self, name: str, user_configs: dict[str, dict[str, Any]]) -> None:
         """The same application with these live knobs: no replica is replaced."""
         app = self._apps[name]
         self.deploy(name, app["route_prefix"], app["import_path"], app["args"], user_configs)
 
-    def delete(self, name: str) -> None:
+    def delete(self, *names: str) -> None:
+        """Removes these applications in one change of the config (their replicas stop
+        together), then waits for each to be gone."""
         from ray import serve
 
-        if self._apps.pop(name, None) is not None:
+        removed = [self._apps.pop(name, None) for name in names]
+        if any(app is not None for app in removed):
             self._apply()
-        serve.delete(name)
+        for name in names:
+            serve.delete(name)
 
     def _apply(self) -> None:
         from ray.serve.context import _get_global_client
@@ -73,6 +75,26 @@ class ServeApps:
 
         config = ServeDeploySchema.model_validate({"applications": list(self._apps.values())})
         _get_global_client().deploy_apps(config)
+
+
+def app_config(
+    name: str,
+    route_prefix: str,
+    import_path: str,
+    args: dict[str, Any],
+    user_configs: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """One application of a Serve config (`user_configs`: deployment -> user_config)."""
+    return {
+        "name": name,
+        "route_prefix": route_prefix,
+        "import_path": import_path,
+        "args": args,
+        "deployments": [
+            {"name": deployment, "user_config": config}
+            for deployment, config in (user_configs or {}).items()
+        ],
+    }
 
 
 def wait_running(name: str, timeout_s: float = 120.0) -> None:

@@ -22,7 +22,7 @@ from app.core.aggregation import MemberScores, weighted_mean
 from app.core.offers import OfferCatalog
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
-from tests.integration.conftest import app_args, deploy, undeploy
+from tests.integration.conftest import app_args, deploy_many, undeploy
 
 pytestmark = pytest.mark.integration
 
@@ -46,19 +46,19 @@ LAYOUTS = {
 @pytest.fixture(scope="module")
 def placed_apps(serve_app, tiny_version_dir):
     base = serve_app.rsplit("/", 2)[0]  # http://host:port
-    urls = {}
+    apps = {
+        f"placement-{name}": app_args(
+            tiny_version_dir,
+            layout={k: v for k, v in layout.items() if k != "runtime"},
+            runtime=layout.get("runtime", "onnx"),
+        )
+        for name, layout in LAYOUTS.items()
+    }
     try:
-        for name, layout in LAYOUTS.items():
-            prefix = f"/placement-{name}"
-            placement = {k: v for k, v in layout.items() if k != "runtime"}
-            runtime = layout.get("runtime", "onnx")
-            deploy(app_args(tiny_version_dir, layout=placement, runtime=runtime),
-                   name=f"placement-{name}", route_prefix=prefix)  # fmt: skip
-            urls[name] = base + prefix
-        yield urls
+        deploy_many(apps)
+        yield {name: f"{base}/placement-{name}" for name in LAYOUTS}
     finally:
-        for name in LAYOUTS:
-            undeploy(f"placement-{name}")
+        undeploy(*apps)
 
 
 def offline_reference(tiny_version_dir, dynalite_server, pid: str, runtime: str):
