@@ -123,6 +123,10 @@ class DeploymentArgs(StrictModel):
     # for the supervisor on a multi-node cluster, so a lost node takes one ingress replica,
     # never all of them. None: no limit (a single-node local run needs none).
     max_replicas_per_node: int | None = Field(default=None, ge=1)
+    # How often Serve's controller checks each replica. A SIGKILLed replica is only noticed,
+    # and its replacement only started, at its next check: Serve's default of 10 s made that
+    # wait 0-10 s of every restart. A check is one small actor call per replica.
+    health_check_period_s: float = Field(default=2.0, gt=0, le=60)
 
     def updated(self, changes: dict[str, Any]) -> DeploymentArgs:
         """A copy with `changes` (a partial, YAML-shaped dict) applied on top. A key of the
@@ -151,6 +155,7 @@ class DeploymentArgs(StrictModel):
             "max_ongoing_requests": self.max_ongoing_requests,
             "max_queued_requests": self.max_queued_requests,
             "autoscaling_config": self.autoscaling.to_serve(),
+            "health_check_period_s": self.health_check_period_s,
             **(
                 {"max_replicas_per_node": self.max_replicas_per_node}
                 if self.max_replicas_per_node is not None

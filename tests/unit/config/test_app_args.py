@@ -125,6 +125,13 @@ def test_max_replicas_per_node_reaches_serve_only_when_set():
     assert "max_replicas_per_node" not in args.members.to_options("member-group-0")
 
 
+def test_replicas_are_checked_every_2_s_unless_configured():
+    # Serve notices a killed replica only at its next health check (its default: 10 s).
+    args = EnsembleAppArgs.model_validate({**BASE, "members": {"health_check_period_s": 0.5}})
+    assert args.supervisor.to_options("supervisor")["health_check_period_s"] == 2.0
+    assert args.members.to_options("member-x")["health_check_period_s"] == 0.5
+
+
 def test_memory_is_reserved_in_bytes_only_when_set():
     args = EnsembleAppArgs.model_validate({**BASE, "members": {"memory_mb": 512}})
     assert args.members.to_options("member-x")["ray_actor_options"] == {
