@@ -14,8 +14,12 @@ from pydantic import Field, field_validator, model_validator
 
 from app.config.knobs import (
     BudgetMs,
-    CoalescingLimits,
+    CoalescedRows,
     FaultInjection,
+    GraceMs,
+    HoldMs,
+    Quorum,
+    RoundsInFlight,
     SupervisorKnobs,
     deep_merge,
 )
@@ -252,13 +256,13 @@ class CoalescingConfig(StrictModel):
 
     enabled: bool = True
     # At most batching.max_batch_rows, so one round is one predict per member.
-    max_rows: int = Field(default=512, ge=1)
+    max_rows: CoalescedRows = 512
     # Rounds in flight at once; logins arriving while all are busy join the next round.
-    max_in_flight: int = Field(default=2, ge=1, le=64)
+    max_in_flight: RoundsInFlight = 2
     # A round stops counting as in flight after this long even if a member has not
     # answered, so one slow member cannot stall the queue (its callers still wait for it
     # until their own deadlines).
-    max_hold_ms: float = Field(default=100.0, gt=0, le=10_000)
+    max_hold_ms: HoldMs = 100.0
 
 
 class BatchingConfig(StrictModel):
@@ -368,16 +372,13 @@ class EnsembleAppArgs(StrictModel):
         "hashes checked before anything is loaded. Unset: the local artifacts_root.",
     )
     request_budget_ms: BudgetMs = 1000.0
-    quorum: float = Field(
+    quorum: Quorum = Field(
         default=0.5,
-        ge=0,
-        le=1,
         description="share of the ensemble's weight that must answer in time for a "
         "personalized offer; below it the answer is the fallback (reason `quorum`)",
     )
-    straggler_grace_ms: float | None = Field(
+    straggler_grace_ms: GraceMs = Field(
         default=150.0,
-        ge=0,
         description="once members holding `quorum` of the weight have answered, wait at most "
         "this much longer for the others (null: until the request's budget runs out). Bounds "
         "what a dead replica that Serve still routes to costs every login.",
@@ -442,18 +443,13 @@ class EnsembleAppArgs(StrictModel):
     def knobs(self) -> SupervisorKnobs:
         """The supervisor's runtime knobs as these args set them: the baseline a live
         user_config is merged over (app.config.knobs)."""
-        return SupervisorKnobs(
-            request_budget_ms=self.request_budget_ms,
-            quorum=self.quorum,
-            straggler_grace_ms=self.straggler_grace_ms,
-            member_weights=self.member_weights,
-            coalescing=CoalescingLimits(
-                max_rows=self.coalescing.max_rows,
-                max_in_flight=self.coalescing.max_in_flight,
-                max_hold_ms=self.coalescing.max_hold_ms,
-            ),
-            faults=self.faults,
+        # The knobs' own fields, read from these args: a knob added to SupervisorKnobs is
+        # taken from the args of the same name, never copied here by hand. Whether the
+        # supervisor coalesces at all is structural (not a knob).
+        values = self.model_dump(
+            include=set(SupervisorKnobs.model_fields), exclude={"coalescing": {"enabled"}}
         )
+        return SupervisorKnobs.model_validate(values)
 
     def version_dir(self) -> Path:
         root = self.artifacts_root or get_settings().artifacts_root

@@ -21,9 +21,20 @@ from pydantic import Field, ValidationError, model_validator
 
 from app.config.strict import FrozenModel
 
-# A login's whole time budget in ms, declared once: the args of an ensemble and of a router,
-# and the live knobs of both, all take it with this bound.
+# Each knob's bound, declared once: the args (which give the defaults) and the live knobs
+# (which take a change) both declare their fields with these types.
+# A login's whole time budget in ms: the args of an ensemble and of a router, and the live
+# knobs of both.
 BudgetMs = Annotated[float, Field(gt=0, le=10_000)]
+# Share of the ensemble's weight that must answer for a personalized offer.
+Quorum = Annotated[float, Field(ge=0, le=1)]
+# Once the quorum answered, how much longer to wait for the others (None: the budget).
+GraceMs = Annotated[float, Field(ge=0)] | None
+CoalescedRows = Annotated[int, Field(ge=1)]
+RoundsInFlight = Annotated[int, Field(ge=1, le=64)]
+HoldMs = Annotated[float, Field(gt=0, le=10_000)]
+# Budget a router keeps back from the assigned version for another to answer in.
+ReserveMs = Annotated[float, Field(ge=0)]
 
 
 class CoalescingLimits(FrozenModel):
@@ -32,9 +43,9 @@ class CoalescingLimits(FrozenModel):
     No defaults here or below: the baseline always comes from the app's args
     (EnsembleAppArgs.knobs()), the one place the defaults live."""
 
-    max_rows: int = Field(ge=1)
-    max_in_flight: int = Field(ge=1, le=64)
-    max_hold_ms: float = Field(gt=0, le=10_000)
+    max_rows: CoalescedRows
+    max_in_flight: RoundsInFlight
+    max_hold_ms: HoldMs
 
 
 class FaultInjection(FrozenModel):
@@ -53,8 +64,8 @@ class SupervisorKnobs(FrozenModel):
     """The supervisor's user_config, whole (after merging a partial change over the baseline)."""
 
     request_budget_ms: BudgetMs
-    quorum: float = Field(ge=0, le=1)
-    straggler_grace_ms: float | None = Field(ge=0)
+    quorum: Quorum
+    straggler_grace_ms: GraceMs
     # member name -> weight in the aggregate and in the quorum, instead of its trained weight.
     # 0 weights a member out: it may still be scored (its group is called anyway), but it
     # counts for nothing and is reported as missing ("weighted_out").
@@ -118,7 +129,7 @@ class RouterKnobs(FrozenModel):
 
     weights: dict[str, float]
     request_budget_ms: BudgetMs
-    failover_reserve_ms: float = Field(ge=0)
+    failover_reserve_ms: ReserveMs
 
     @model_validator(mode="after")
     def _usable(self) -> Self:

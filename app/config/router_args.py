@@ -12,7 +12,7 @@ from app.config.app_args import (
     DeploymentArgs,
     check_reachable_target,
 )
-from app.config.knobs import BudgetMs, RouterKnobs
+from app.config.knobs import BudgetMs, ReserveMs, RouterKnobs
 from app.config.strict import StrictModel
 from app.contract.ids import GAME_PATTERN, VERSION_PATTERN
 
@@ -43,9 +43,8 @@ class RouterAppArgs(StrictModel):
     # version with the most weight (app.core.routing.offer_routing).
     versions: list[VersionEntry] = Field(min_length=1)
     request_budget_ms: BudgetMs = Field(default=1000.0, description="a routed login's whole budget")
-    failover_reserve_ms: float = Field(
+    failover_reserve_ms: ReserveMs = Field(
         default=250.0,
-        ge=0,
         description="budget kept back from the assigned version so another can still answer "
         "if it fails or stays silent",
     )
