@@ -7,7 +7,6 @@ a misspelt key fails the deploy instead of being silently ignored.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
@@ -23,10 +22,8 @@ from app.config.knobs import (
     SupervisorKnobs,
     deep_merge,
 )
-from app.config.settings import get_settings
 from app.config.strict import StrictModel
-from app.contract.artifacts import version_dir
-from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
+from app.config.version_args import VersionArgs
 from app.contract.manifest import Runtime
 
 # Serve's policy that scales on a deployment's replicas' own utilization
@@ -355,22 +352,9 @@ class MemberGroupConfig(StrictModel):
     faults: FaultInjection = Field(default_factory=FaultInjection)
 
 
-class EnsembleAppArgs(StrictModel):
+class EnsembleAppArgs(VersionArgs):
     """Typed `args:` of one application in serve_config.yaml."""
 
-    game: str = Field(pattern=GAME_PATTERN)
-    version: str = Field(pattern=VERSION_PATTERN)
-    profile: str = Field(default="standard", pattern=PROFILE_PATTERN)
-    artifacts_root: Path | None = Field(
-        default=None, description="folder holding <profile>/<game>/<version>; default from settings"
-    )
-    artifacts: str | None = Field(
-        default=None,
-        pattern=r"^s3://[^/]+(/.*)?$",
-        description="the model store this version is published in (s3://bucket/prefix, "
-        "`offers publish`): replicas load <prefix>/<game>/<version> through their node's cache, "
-        "hashes checked before anything is loaded. Unset: the local artifacts_root.",
-    )
     request_budget_ms: BudgetMs = 1000.0
     quorum: Quorum = Field(
         default=0.5,
@@ -450,13 +434,3 @@ class EnsembleAppArgs(StrictModel):
             include=set(SupervisorKnobs.model_fields), exclude={"coalescing": {"enabled"}}
         )
         return SupervisorKnobs.model_validate(values)
-
-    def version_dir(self) -> Path:
-        root = self.artifacts_root or get_settings().artifacts_root
-        return version_dir(root, self.profile, self.game, self.version).resolve()
-
-    def version_source(self) -> str:
-        """Where replicas load this version from: its store URI, or its local folder."""
-        if self.artifacts:
-            return f"{self.artifacts.rstrip('/')}/{self.game}/{self.version}"
-        return str(self.version_dir())

@@ -3,32 +3,18 @@ to score. The CLI (`offers-batch`, `make batch`) and the k8s RayJob both fill th
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.config.settings import get_settings
-from app.contract.artifacts import version_dir
-from app.contract.ids import GAME_PATTERN, PROFILE_PATTERN, VERSION_PATTERN
+from app.config.version_args import VersionArgs
 from app.contract.manifest import Runtime
 
 
-class BatchJobArgs(BaseModel):
+class BatchJobArgs(VersionArgs):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    game: str = Field(pattern=GAME_PATTERN)
-    version: str = Field(pattern=VERSION_PATTERN)
-    profile: str = Field(default="standard", pattern=PROFILE_PATTERN)
-    artifacts_root: Path | None = Field(
-        default=None, description="folder holding <profile>/<game>/<version>; default settings"
-    )
-    artifacts: str | None = Field(
-        default=None,
-        pattern=r"^s3://[^/]+(/.*)?$",
-        description="the model store the version is published in (s3://bucket/prefix): each "
-        "node loads it through its cache, as replicas do. Unset: the local artifacts_root.",
-    )
     output_uri: str | None = Field(
         default=None, description="local folder or s3:// URI; default settings' batch_output_uri"
     )
@@ -59,16 +45,6 @@ class BatchJobArgs(BaseModel):
         if self.max_actors is not None and self.min_actors > self.max_actors:
             raise ValueError(f"min_actors {self.min_actors} exceeds max_actors {self.max_actors}")
         return self
-
-    def version_dir(self) -> Path:
-        root = self.artifacts_root or get_settings().artifacts_root
-        return version_dir(root, self.profile, self.game, self.version).resolve()
-
-    def version_source(self) -> str:
-        """Where the job loads the version from: its store URI, or its local folder."""
-        if self.artifacts:
-            return f"{self.artifacts.rstrip('/')}/{self.game}/{self.version}"
-        return str(self.version_dir())
 
     def output_root(self) -> str:
         return self.output_uri or get_settings().batch_output_uri
