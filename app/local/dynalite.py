@@ -15,16 +15,9 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 
-from app.local.processes import (
-    LOCAL_CREDENTIALS,
-    PROJECT_ROOT,
-    ChildProcess,
-    Managed,
-    ProcessFailed,
-    port_is_free,
-)
+from app.local.aws_server import LocalAwsServer
+from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT
 
 DYNALITE_CLI = PROJECT_ROOT / "node_modules" / "dynalite" / "cli.js"
 
@@ -48,8 +41,11 @@ def local_client(endpoint_url: str, timeout_s: float = 2.0) -> Any:
     )
 
 
-class Dynalite(Managed):
+class Dynalite(LocalAwsServer):
     """A dynalite child process; use as a context manager so it is always stopped."""
+
+    name = "dynalite"
+    error = DynaliteError
 
     def __init__(
         self,
@@ -59,26 +55,18 @@ class Dynalite(Managed):
         host: str = "127.0.0.1",
         log_path: Path | None = None,
     ) -> None:
-        self.host = host
-        self.port = port
+        super().__init__(port, host=host, log_path=log_path)
         self.data_dir = data_dir  # None keeps the data in memory
-        self.log_path = log_path
-        self._child: ChildProcess | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
         self.restarts = 0
 
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._child.pid if self._child else None
-
     def client(self, timeout_s: float = 2.0) -> Any:
         return local_client(self.endpoint_url, timeout_s)
+
+    def probe(self, client: Any) -> None:
+        client.list_tables(Limit=1)
 
     def start(self, timeout_s: float = 30.0) -> Dynalite:
         node = shutil.which("node")
@@ -86,29 +74,14 @@ class Dynalite(Managed):
             raise DynaliteError("node is not on PATH; install Node.js 18+ (make installs npm deps)")
         if not DYNALITE_CLI.is_file():
             raise DynaliteError(f"{DYNALITE_CLI} is missing; run `npm ci` in {PROJECT_ROOT}")
-        if not port_is_free(self.host, self.port):
-            raise DynaliteError(f"port {self.host}:{self.port} is already in use")
+        self.check_port()
         args = [node, str(DYNALITE_CLI), "--host", self.host, "--port", str(self.port)]
         # Tables become ACTIVE at once instead of after dynalite's default simulated 500 ms.
         args += ["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             args += ["--path", str(self.data_dir)]
-        self._child = ChildProcess(args, log_path=self.log_path, name="dynalite").start()
-        client = self.client(timeout_s=1.0)
-
-        def answers() -> bool:
-            try:
-                client.list_tables(Limit=1)
-                return True
-            except (BotoCoreError, ClientError):
-                return False
-
-        try:
-            self._child.wait_ready(answers, timeout_s)
-        except ProcessFailed as exc:
-            self._child = None
-            raise DynaliteError(str(exc)) from exc
+        self.launch(args, timeout_s)
         return self
 
     def supervise(

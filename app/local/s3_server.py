@@ -9,20 +9,14 @@ no-op for a version the store already holds identically).
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from app.local.processes import (
-    LOCAL_CREDENTIALS,
-    ChildProcess,
-    Managed,
-    ProcessFailed,
-    port_is_free,
-)
+from app.local.aws_server import LocalAwsServer
+from app.local.processes import LOCAL_CREDENTIALS
 
 
 class S3ServerError(RuntimeError):
@@ -43,45 +37,23 @@ def local_s3_client(endpoint_url: str, timeout_s: float = 5.0) -> Any:
     )  # fmt: skip
 
 
-class S3Server(Managed):
+class S3Server(LocalAwsServer):
     """A moto server child process; use as a context manager so it is always stopped."""
 
-    def __init__(self, port: int, *, host: str = "127.0.0.1", log_path: Path | None = None):
-        self.host = host
-        self.port = port
-        self.log_path = log_path
-        self._child: ChildProcess | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._child.pid if self._child else None
+    name = "moto-s3"
+    error = S3ServerError
 
     def client(self, timeout_s: float = 5.0) -> Any:
         return local_s3_client(self.endpoint_url, timeout_s)
 
+    def probe(self, client: Any) -> None:
+        client.list_buckets()
+
     def start(self, timeout_s: float = 60.0) -> S3Server:
-        if not port_is_free(self.host, self.port):
-            raise S3ServerError(f"port {self.host}:{self.port} is already in use")
-        args = [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)]
-        self._child = ChildProcess(args, log_path=self.log_path, name="moto-s3").start()
-        client = self.client(timeout_s=1.0)
-
-        def answers() -> bool:
-            try:
-                client.list_buckets()
-                return True
-            except (BotoCoreError, ClientError):
-                return False
-
-        try:
-            self._child.wait_ready(answers, timeout_s)
-        except ProcessFailed as exc:
-            self._child = None
-            raise S3ServerError(str(exc)) from exc
+        self.check_port()
+        self.launch(
+            [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)], timeout_s
+        )
         return self
 
     def ensure_bucket(self, bucket: str) -> None:
