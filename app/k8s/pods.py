@@ -14,6 +14,18 @@ MODEL_CACHE_MOUNT = "/home/ray/model-cache"
 # The official Ray image runs as `ray` (uid 1000, group users 100); the Dockerfile keeps it.
 RAY_UID = 1000
 RAY_GID = 100
+METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
+DASHBOARD_PORT = 8265
+
+
+def head_start_params() -> dict[str, str]:
+    """`rayStartParams` of every head (service and batch): no work scheduled on it, its
+    dashboard reachable in the cluster, its metrics on the scraped port."""
+    return {
+        "num-cpus": "0",
+        "dashboard-host": "0.0.0.0",
+        "metrics-export-port": str(METRICS_PORT),
+    }
 
 
 def labels(instance: str, component: str) -> dict[str, str]:

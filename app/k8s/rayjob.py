@@ -42,12 +42,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.config.batch_args import BatchJobArgs
-from app.k8s.pods import RayPod, container_security, labels, pod_security, ray_pod
+from app.k8s.pods import (
+    DASHBOARD_PORT,
+    METRICS_PORT,
+    RayPod,
+    container_security,
+    head_start_params,
+    labels,
+    pod_security,
+    ray_pod,
+)
 from app.k8s.profile import (
     DNS_1035_LABEL,
     ProductionProfile,
 )
-from app.k8s.rayservice import DASHBOARD_PORT, METRICS_PORT
 
 # KubeRay names the job's RayCluster `<rayjob>-<5 chars>`, at most 53 characters
 # (ray-operator/controllers/ray/utils/constant.go, MaxRayJobNameLength).
@@ -243,11 +251,7 @@ def rayjob(
                 "authOptions": {"mode": "token"},
                 "enableInTreeAutoscaling": False,
                 "headGroupSpec": {
-                    "rayStartParams": {
-                        "num-cpus": "0",
-                        "dashboard-host": "0.0.0.0",
-                        "metrics-export-port": str(METRICS_PORT),
-                    },
+                    "rayStartParams": head_start_params(),
                     "template": _pod(
                         profile,
                         name,

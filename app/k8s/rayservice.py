@@ -32,13 +32,11 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.config.router_args import RouterAppArgs
 from app.config.serve_document import ROUTER_IMPORT_PATH, edge_config
 from app.k8s.dockerfile import EDGE_BINARY
-from app.k8s.pods import RayPod, labels, ray_pod
+from app.k8s.pods import DASHBOARD_PORT, METRICS_PORT, RayPod, head_start_params, labels, ray_pod
 from app.k8s.profile import ProductionProfile
 
 SERVE_PORT = 8000
-METRICS_PORT = 8080  # Ray's metrics export port: KubeRay's default, scraped by the PodMonitor
 HAPROXY_METRICS_PORT = 9101  # Serve's HAProxy exporter (RAY_SERVE_HAPROXY_METRICS_PORT)
-DASHBOARD_PORT = 8265
 API_KEY_MOUNT = "/etc/dynamic-offers/api-key"
 API_KEY_FILE_KEY = "sha256"
 UPGRADE_STRATEGY = "NewCluster"
@@ -92,11 +90,7 @@ def rayservice(
                     },
                 },
                 "headGroupSpec": {
-                    "rayStartParams": {
-                        "num-cpus": "0",
-                        "dashboard-host": "0.0.0.0",
-                        "metrics-export-port": str(METRICS_PORT),
-                    },
+                    "rayStartParams": head_start_params(),
                     "template": _pod(
                         profile,
                         image=image,
