@@ -39,6 +39,7 @@ from app.core.online.coalescing import CoalescingScorer
 from app.core.online.fanout import Fanout
 from app.local.processes import PROJECT_ROOT
 from loadtest.harness.results import (
+    add_version_args,
     parse_study_args,
     results_folder,
     run_study,
@@ -152,9 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = study_parser("loadtest.fanout_cost", __doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="per round, no-op members")
-    parser.add_argument("--profile", default="standard")
-    parser.add_argument("--game", default="galaxy-raiders")
-    parser.add_argument("--version", default="2026-11")
+    add_version_args(parser)
     args = parse_study_args(parser, argv)
     return run_study(lambda: run(args), log)
 

@@ -43,6 +43,7 @@ from app.contract.artifacts import load_artifact, verified_artifact, verified_se
 from app.contract.manifest import Manifest, MemberEntry, load_manifest
 from app.local.processes import PROJECT_ROOT
 from loadtest.harness.results import (
+    add_version_args,
     machine_info,
     parse_study_args,
     results_folder,
@@ -292,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = study_parser("loadtest.member_runtimes", __doc__)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="per round and way, 10 rows")
-    parser.add_argument("--profile", default="standard")
-    parser.add_argument("--game", default="galaxy-raiders")
-    parser.add_argument("--version", default="2026-11")
+    add_version_args(parser)
     parser.add_argument("--tl2cgen", action="store_true", help="also compile with TL2cgen (slow)")
     args = parse_study_args(parser, argv)
     return run_study(lambda: run(args), log)

@@ -45,6 +45,7 @@ from loadtest.batch_bench.stages import (
     score_stage,
 )
 from loadtest.harness.results import (
+    add_version_args,
     parse_study_args,
     results_folder,
     run_study,
@@ -219,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p = study_parser("loadtest.batch_bench", __doc__)
     p.add_argument("--players", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--game", default="galaxy-raiders")
-    p.add_argument("--version", default="2026-11")
-    p.add_argument("--profile", default="standard")
+    add_version_args(p)
     p.add_argument("--segments", type=int, default=2)
     p.add_argument("--read-budget", type=float, default=1_000_000.0, help="items/s (unpaced)")
     p.add_argument("--report", type=Path, default=None, help="merge into this report.json")

@@ -69,6 +69,13 @@ def study_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
     )
 
 
+def add_version_args(parser: argparse.ArgumentParser) -> None:
+    """--game, --version, --profile: the trained version a study measures (the served one)."""
+    parser.add_argument("--game", default="galaxy-raiders")
+    parser.add_argument("--version", default="2026-11")
+    parser.add_argument("--profile", default="standard")
+
+
 def parse_study_args(
     parser: argparse.ArgumentParser, argv: list[str] | None
 ) -> argparse.Namespace:
