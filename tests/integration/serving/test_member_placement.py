@@ -22,7 +22,8 @@ from app.core.aggregation import MemberScores, weighted_mean
 from app.core.offers import OfferCatalog
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
-from tests.integration.conftest import app_args, deploy_many, undeploy
+from tests.integration.conftest import SUPERVISOR, app_args, deploy_many, reconfigure, undeploy
+from tests.support import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -94,26 +95,31 @@ def test_each_layout_reports_where_its_members_are_scored(placed_apps, tiny_vers
     assert {v["deployment"] for v in views["mixed"].values()} == {None, "member-group-0"}
 
 
+def whole_answer(url: str, pid: str) -> dict:
+    """A personalized answer from every member: a loaded host may answer from a quorum (the
+    rest past the straggler grace), which is not the answer the others are compared with."""
+    for _ in range(5):
+        body = requests.post(
+            f"{url}/v1/offers", json={"player_id": pid, "game": TEST_GAME}, timeout=10
+        ).json()
+        if body["personalized"] and body["members_answered"] == body["members_total"]:
+            return body
+    raise AssertionError(f"{pid}: no answer from the whole ensemble at {url}: {body}")
+
+
 def test_answers_are_bit_identical_whatever_the_placement(
     placed_apps, tiny_version_dir, dynalite_server
 ):
     for index in range(0, 40, 3):
         pid = player_id(index)
         # One login at a time: each is scored alone, as the offline reference scores it.
-        answers = {
-            name: requests.post(
-                f"{url}/v1/offers", json={"player_id": pid, "game": TEST_GAME}, timeout=10
-            ).json()
-            for name, url in placed_apps.items()
-        }
+        answers = {name: whole_answer(url, pid) for name, url in placed_apps.items()}
         offline = {
             runtime: offline_reference(tiny_version_dir, dynalite_server, pid, runtime)
             for runtime in ("onnx", "native")
         }
         for name, body in answers.items():
             reference = offline["native" if name == "native" else "onnx"]
-            assert body["personalized"] is True, (name, body)
-            assert body["members_answered"] == body["members_total"], (name, body)
             assert body["offer"]["offer_id"] == reference.offer.offer_id, (name, pid)
             # Exact: the same predicts, aggregated in the same order, whatever the process.
             assert body["propensity"] == float(np.float64(reference.propensity)), (name, pid)
@@ -123,19 +129,10 @@ def test_answers_are_bit_identical_whatever_the_placement(
 def test_compiled_and_native_members_give_the_test_population_the_same_offers(placed_apps):
     """Every seeded player, through the service: the shipped runtime against the native one."""
 
-    def answer(url: str, pid: str) -> dict:
-        for _ in range(5):  # a loaded host may answer from a quorum: ask for the whole ensemble
-            body = requests.post(
-                f"{url}/v1/offers", json={"player_id": pid, "game": TEST_GAME}, timeout=10
-            ).json()
-            if body["personalized"] and body["members_answered"] == body["members_total"]:
-                return body
-        raise AssertionError(f"{pid}: no answer from the whole ensemble: {body}")
-
     players = [player_id(i) for i in range(TEST_PLAYERS)]
     with ThreadPoolExecutor(4) as pool:
-        compiled = list(pool.map(lambda p: answer(placed_apps["planned"], p), players))
-        native = list(pool.map(lambda p: answer(placed_apps["native"], p), players))
+        compiled = list(pool.map(lambda p: whole_answer(placed_apps["planned"], p), players))
+        native = list(pool.map(lambda p: whole_answer(placed_apps["native"], p), players))
     pairs = list(zip(compiled, native, strict=True))
     differences = [abs(c["propensity"] - n["propensity"]) for c, n in pairs]
     other_offer = [
@@ -147,3 +144,30 @@ def test_compiled_and_native_members_give_the_test_population_the_same_offers(pl
     assert max(differences) <= 1e-6
     # The runtimes really differ (else this compares a runtime with itself).
     assert max(differences) > 0
+
+
+def test_a_live_fault_slows_the_members_the_supervisor_scores_itself(placed_apps):
+    """faults.slow_members_ms in the supervisor's user_config reaches its inline members (the
+    same replicas, reconfigured); the grouped ones keep answering; removing it restores them."""
+    url = placed_apps["mixed"]
+    layout = requests.get(f"{url}/v1/ensemble", timeout=10).json()["layout"]
+    inline = sorted(m for m, v in layout.items() if v["placement"] == "inline")
+    grouped = sorted(m for m, v in layout.items() if v["placement"] == "grouped")
+    assert inline and grouped, layout
+    login = {"player_id": player_id(7), "game": TEST_GAME}
+
+    reconfigure({SUPERVISOR: {"faults": {"slow_members_ms": {inline[0]: 3000}}}}, "placement-mixed")
+    try:
+        slowed = requests.post(f"{url}/v1/offers", json=login, timeout=10).json()
+    finally:
+        reconfigure({}, "placement-mixed")
+    # The inline group waits for its slowest member: all of it misses the 1 s budget (the
+    # grouped members answer in milliseconds, well inside it).
+    assert slowed["missing_members"] == {m: "timeout" for m in inline}, slowed
+    assert sorted(slowed["answered_members"]) == grouped
+
+    def whole() -> bool:
+        body = requests.post(f"{url}/v1/offers", json=login, timeout=10).json()
+        return body["members_answered"] == body["members_total"]
+
+    wait_until(whole, "every member answering again", 30.0)
