@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+from _pytest.nodeid import NodeId
 
 from app.config.settings import Settings
 from app.local.dynalite import Dynalite
@@ -27,6 +28,33 @@ def pytest_configure(config: pytest.Config) -> None:
     would pass only because of it: a test would depend on which ran first.
     """
     os.environ.update(ray_auth_env())
+
+
+# The fixtures that start a Ray cluster (the session's, the metrics test's head, the e2e
+# `ray start`). Two clusters at once on 2 cores starve each other: answers came 1.5 s late
+# and health checks failed (measured with every file free to run in parallel).
+RAY_CLUSTERS = frozenset({"serve_app", "local_head", "deployed_cluster"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Work units for xdist's `--dist loadgroup` (`make test` runs 2 workers): every test on
+    a Ray cluster runs in one worker, in collection order, one cluster at a time; the others
+    run file by file in the other worker, so no module fixture starts twice.
+
+    xdist 3.8 tells its scheduler a test's group by appending `@<group>` to the test's id,
+    through `item._nodeid`, which pytest 9.2 no longer reads (its ids live in `item._id`):
+    its `xdist_group` marker is silently ignored, and each test became a unit of its own
+    (two workers then started a Serve cluster each). The suffix is set here instead."""
+    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
+        return
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        on_a_cluster = path.startswith("tests/e2e/") or not RAY_CLUSTERS.isdisjoint(
+            getattr(item, "fixturenames", ())
+        )
+        group = "ray-clusters" if on_a_cluster else path
+        item._id = NodeId.parse(f"{item.nodeid}@{group}")  # noqa: SLF001 (see above)
 
 
 @pytest.fixture(scope="session")

@@ -165,14 +165,20 @@ def deploy_router_over(
     from app.config.router_args import RouterAppArgs
 
     version_app, router_app = f"{name}-version", name
-    deploy(version_args, name=version_app, route_prefix=f"/{version_app}")
     args = {
         "game": TEST_GAME,
         "versions": [{"version": TEST_VERSION, "application": version_app, "weight": 1}],
         **router_args,
     }
     RouterAppArgs.model_validate(args)
-    APPS.deploy(router_app, f"/{router_app}", BUILD_ROUTER, args)
+    # Both in one change of the config, as serve_config.yaml deploys a game: they start
+    # together.
+    APPS.deploy_many(
+        [
+            app_config(version_app, f"/{version_app}", BUILD_APP, version_args),
+            app_config(router_app, f"/{router_app}", BUILD_ROUTER, args),
+        ]
+    )
     return serve_base.replace(urlsplit(serve_base).path, f"/{router_app}"), version_app, router_app
 
 

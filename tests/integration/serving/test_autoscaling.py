@@ -103,6 +103,8 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
         serve_app,
         app_args(
             tiny_version_dir,
+            # The version's members all in its supervisor: one replica to start, not five.
+            layout={"placement": "auto"},
             straggler_grace_ms=None,
             faults={"slow_members_ms": {SLOW_MEMBER: 200}},
         ),
@@ -134,5 +136,4 @@ def test_logins_held_in_the_router_scale_it_up(serve_app, tiny_version_dir):
         assert statuses and set(statuses) == {200}, sorted(set(statuses))
     finally:
         stop.set()
-        undeploy(router_app)
-        undeploy(version_app)
+        undeploy(router_app, version_app)

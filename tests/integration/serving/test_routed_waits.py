@@ -34,6 +34,9 @@ def test_a_full_version_holds_routed_logins_for_a_slot_instead_of_refusing(
         app_args(
             tiny_version_dir,
             admission={"max_in_flight": 1},
+            # Every member scored in the supervisor (the tiny members cost less than a hop):
+            # one replica to start instead of five; the slow member slows the whole group.
+            layout={"placement": "auto"},
             straggler_grace_ms=None,
             faults={"slow_members_ms": {SLOW_MEMBER: 200}},
         ),
@@ -62,5 +65,4 @@ def test_a_full_version_holds_routed_logins_for_a_slot_instead_of_refusing(
             assert status == 200, body
             assert body["personalized"] is True and body["rerouted_reason"] is None
     finally:
-        undeploy(router_app)
-        undeploy(version_app)
+        undeploy(router_app, version_app)
