@@ -171,14 +171,11 @@ def deploy_router_over(
         **router_args,
     }
     RouterAppArgs.model_validate(args)
-    # Both in one change of the config, as serve_config.yaml deploys a game: they start
-    # together.
-    APPS.deploy_many(
-        [
-            app_config(version_app, f"/{version_app}", BUILD_APP, version_args),
-            app_config(router_app, f"/{router_app}", BUILD_ROUTER, args),
-        ]
-    )
+    # The version first: a router started beside it reads Serve's status every 0.25 s while
+    # the version deploys, and refuses (503, "unavailable") a login sent right after both
+    # report RUNNING but before its next read (it failed a test that way on a loaded host).
+    deploy(version_args, name=version_app, route_prefix=f"/{version_app}")
+    APPS.deploy(router_app, f"/{router_app}", BUILD_ROUTER, args)
     return serve_base.replace(urlsplit(serve_base).path, f"/{router_app}"), version_app, router_app
 
 
