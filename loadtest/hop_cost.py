@@ -12,6 +12,13 @@ replicas) is counted over the calls, less the session's idle CPU rate measured j
 and divided by the calls. Rounds alternate sequential calls and `--concurrency` calls at
 once (a fan-out's hops overlap). Prints medians with their min-max, writes
 loadtest/results/<timestamp>-hop/hop.json.
+
+`--serializations cloudpickle,pickle` measures the hop with each of the handle's
+`request_serialization` / `response_serialization` in turn, interleaved within every round.
+Under the service's process settings (`RAY_SERVE_THROUGHPUT_OPTIMIZED`) a handle call goes
+over Serve's gRPC transport, which serializes the arguments and the reply with these
+(cloudpickle by default). msgpack and orjson are not candidates: neither carries a numpy
+array as it is.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ from loadtest.harness.results import (
 log = study_log("hop-cost")
 ROWS, WIDTH = 10, 40
 IDLE_S = 5.0
+DEFAULT_SERIALIZATION = "cloudpickle"  # Serve's default for both directions
+SERIALIZATIONS = ("cloudpickle", "pickle")
 
 
 def deploy() -> Any:
@@ -59,13 +68,22 @@ def deploy() -> Any:
             self._callee = callee
             self._matrix = np.random.default_rng(0).random((ROWS, WIDTH), dtype=np.float32)
 
-        async def calls(self, n: int, concurrency: int) -> float:
+        def transport(self) -> str:
+            """How this replica's handle calls travel: the serializations act on gRPC only."""
+            from ray.serve._private import constants
+
+            return "grpc" if constants.RAY_SERVE_USE_GRPC_BY_DEFAULT else "actor"
+
+        async def calls(self, n: int, concurrency: int, serialization: str) -> float:
             import asyncio
 
+            callee = self._callee.options(
+                request_serialization=serialization, response_serialization=serialization
+            )
             started = time.perf_counter()
             for _ in range(n // concurrency):
                 await asyncio.gather(
-                    *(self._callee.score.remote(self._matrix) for _ in range(concurrency))
+                    *(callee.score.remote(self._matrix) for _ in range(concurrency))
                 )
             return time.perf_counter() - started
 
@@ -73,13 +91,15 @@ def deploy() -> Any:
     return serve.run(Caller.bind(Callee.bind()), name="hop-cost", route_prefix=None)
 
 
-async def measure(caller: Any, calls: int, concurrency: int) -> dict[str, float]:
+async def measure(
+    caller: Any, calls: int, concurrency: int, serialization: str
+) -> dict[str, float]:
     me = os.getpid()
     cpu0 = tree_cpu_seconds(me)
     await asyncio.sleep(IDLE_S)
     idle_rate = (tree_cpu_seconds(me) - cpu0) / IDLE_S
     cpu1, t1 = tree_cpu_seconds(me), time.monotonic()
-    await caller.calls.remote(calls, concurrency)
+    await caller.calls.remote(calls, concurrency, serialization)
     cpu, wall = tree_cpu_seconds(me) - cpu1, time.monotonic() - t1
     return {
         "cpu_ms_per_call": (cpu - idle_rate * wall) * 1000.0 / calls,
@@ -91,14 +111,25 @@ async def measure(caller: Any, calls: int, concurrency: int) -> dict[str, float]
 async def measure_rounds(
     caller: Any, args: argparse.Namespace
 ) -> dict[str, list[dict[str, float]]]:
+    """Per "<kind>" (the default serialization) or "<kind>/<serialization>": one entry
+    per round, the variants interleaved within each round."""
     # Serve's process settings run a handle's router on the caller's event loop: every call
     # from this driver is made from one loop.
-    await caller.calls.remote(200, 1)  # warm: handles, gRPC channels
-    rounds: dict[str, list[dict[str, float]]] = {"sequential": [], "concurrent": []}
+    for serialization in args.serializations:
+        await caller.calls.remote(200, 1, serialization)  # warm: handles, gRPC channels
+    log(f"handle calls travel over: {await caller.transport.remote()}")
+    rounds: dict[str, list[dict[str, float]]] = {}
     for r in range(args.rounds):
-        for kind, concurrency in (("sequential", 1), ("concurrent", args.concurrency)):
-            rounds[kind].append(await measure(caller, args.calls, concurrency))
-            log(f"round {r + 1} {kind}: {rounds[kind][-1]}")
+        for serialization in args.serializations:
+            for kind, concurrency in (("sequential", 1), ("concurrent", args.concurrency)):
+                key = (
+                    kind
+                    if args.serializations == [DEFAULT_SERIALIZATION]
+                    else (f"{kind}/{serialization}")
+                )
+                measured = await measure(caller, args.calls, concurrency, serialization)
+                rounds.setdefault(key, []).append(measured)
+                log(f"round {r + 1} {key}: {measured}")
     return rounds
 
 
@@ -119,6 +150,7 @@ def run(args: argparse.Namespace) -> Path:
         "command": args.command,
         "calls": args.calls,
         "concurrency": args.concurrency,
+        "serializations": args.serializations,
         "rounds": rounds,
         "cpu_ms_per_call": {
             k: spread([x["cpu_ms_per_call"] for x in v]) for k, v in rounds.items()
@@ -143,7 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--serializations",
+        type=lambda v: v.split(","),
+        default=[DEFAULT_SERIALIZATION],
+        help="comma-separated handle serializations to compare (cloudpickle, pickle)",
+    )
     args = parse_study_args(parser, argv)
+    unknown = set(args.serializations) - set(SERIALIZATIONS)
+    if unknown:
+        parser.error(f"--serializations: {sorted(unknown)} not among {list(SERIALIZATIONS)}")
     return run_study(lambda: run(args), log)
 
 
