@@ -32,7 +32,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The fixtures that start a Ray cluster (the session's, the metrics test's head, the e2e
 # `ray start`). Two clusters at once on 2 cores starve each other: answers came 1.5 s late
-# and health checks failed (measured with every file free to run in parallel).
+# and health checks failed (measured with every test free to run in either worker).
 RAY_CLUSTERS = frozenset({"serve_app", "local_head", "deployed_cluster"})
 
 
