@@ -170,13 +170,15 @@ def run_local(
                 )
             # The fallback tier from the first run: each version's snapshot, scored on this
             # Ray once the service answers, when none is fresh (app.local.precompute).
-            _, stop = precompute.start(
+            builder, stop = precompute.start(
                 apps, {**_batch_env(apps[0], endpoint), "RAY_ADDRESS": head.address}
             )
             try:
                 return _run_serve(config, head.address, head.env)
             finally:
+                # Its job stopped before the head: none is left waiting on a Ray that is gone.
                 stop.set()
+                builder.join(timeout=precompute.JOB_STOP_TIMEOUT_S + 5)
 
 
 def batch(

@@ -15,6 +15,7 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -33,6 +34,8 @@ READY_TIMEOUT_S = 600.0
 # The scoring actor and the read tasks of one job: a sliver of the head's CPUs, beside the
 # replicas it has reserved.
 BATCH_OPTIONS = ("--actors", "1", "--actor-num-cpus", "0.25", "--segments", "2")
+JOB_POLL_S = 0.5
+JOB_STOP_TIMEOUT_S = 10.0
 
 
 def needs_snapshot(app: ConfiguredApp) -> bool:
@@ -77,33 +80,51 @@ def build_snapshots(
             return
         started = time.monotonic()
         log.info("precomputed offers: scoring %s in the background (make batch)", app.name)
-        result = subprocess.run(
-            batch_command(app),
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
-        if result.returncode == 0:
+        returncode, output = _run_job(batch_command(app), env, stop)
+        if returncode == 0:
             log.info(
                 "precomputed offers: %s snapshot ready in %.0fs (%s)",
                 app.name,
                 time.monotonic() - started,
-                result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "",
+                output.strip().splitlines()[-1] if output.strip() else "",
             )
-        elif not stop.is_set():
-            tail = "\n".join(result.stdout.strip().splitlines()[-15:])
+        elif stop.is_set() or returncode < 0:
+            # Stopped, or ended by a signal: Ctrl-C reaches `make run`'s whole process
+            # group, the job included, before this thread is told to stop. Starting the next
+            # version's job then left it waiting on a Ray that was going away (seen: it
+            # outlived `make run`).
+            log.info("precomputed offers: %s not scored, `make run` is stopping", app.name)
+            return
+        else:
+            tail = "\n".join(output.strip().splitlines()[-15:])
             log.error(
                 "precomputed offers: the batch job for %s failed (exit %d); run "
                 "`make batch GAME=%s VERSION=%s` by hand. Its last lines:\n%s",
                 app.name,
-                result.returncode,
+                returncode,
                 app.args.game,
                 app.args.version,
                 tail,
             )
+
+
+def _run_job(command: list[str], env: dict[str, str], stop: threading.Event) -> tuple[int, str]:
+    """(exit code, output) of one batch job; stopped (SIGTERM, then SIGKILL) when `stop` is
+    set, so that no job outlives `make run`."""
+    with tempfile.TemporaryFile(mode="w+") as output:
+        job = subprocess.Popen(
+            command, cwd=PROJECT_ROOT, env=env, stdout=output, stderr=subprocess.STDOUT, text=True
+        )
+        while job.poll() is None:
+            if stop.wait(JOB_POLL_S):
+                job.terminate()
+                try:
+                    job.wait(timeout=JOB_STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    job.kill()
+                    job.wait()
+        output.seek(0)
+        return job.returncode, output.read()
 
 
 def batch_command(app: ConfiguredApp) -> list[str]:
@@ -119,7 +140,8 @@ def batch_command(app: ConfiguredApp) -> list[str]:
 def start(
     apps: list[ConfiguredApp], env: dict[str, str]
 ) -> tuple[threading.Thread, threading.Event]:
-    """The background builder; set the event to stop it (its running job ends with Ray)."""
+    """The background builder; set the event to stop it and its running job, then join the
+    thread (at most JOB_STOP_TIMEOUT_S and a poll) before Ray goes."""
     stop = threading.Event()
     thread = threading.Thread(
         target=build_snapshots,

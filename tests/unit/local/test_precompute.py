@@ -4,8 +4,10 @@ answers, only where none is fresh (app.local.precompute)."""
 from __future__ import annotations
 
 import http.server
+import os
 import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -107,3 +109,64 @@ def test_nothing_runs_when_every_version_has_a_fresh_snapshot(tmp_path, tiny_ver
     events: list[str] = []
     build_snapshots([app], lambda a: events.append(a.name) or [], {}, threading.Event(), "x")
     assert events == []
+
+
+def _answering_service() -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Service)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def test_a_job_ended_by_a_signal_stops_the_builder_before_the_next_version(
+    tmp_path, tiny_version_dir
+):
+    """Ctrl-C reaches `make run`'s whole process group, the running job with it, before the
+    builder is told to stop: the next version's job must not start on a Ray going away."""
+    apps = [configured(tiny_version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
+    events: list[str] = []
+
+    def command(app):
+        events.append(f"batch {app.name}")
+        return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+
+    server, url = _answering_service()
+    try:
+        build_snapshots(apps, command, {}, threading.Event(), url)
+    finally:
+        server.shutdown()
+    assert events == ["batch a"]
+
+
+def test_stopping_the_builder_stops_its_running_job(tmp_path, tiny_version_dir):
+    apps = [configured(tiny_version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
+    pid_file = tmp_path / "job.pid"
+    events: list[str] = []
+
+    def command(app):
+        events.append(f"batch {app.name}")
+        return [
+            sys.executable,
+            "-c",
+            f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
+            "time.sleep(600)",
+        ]
+
+    server, url = _answering_service()
+    stop = threading.Event()
+    worker = threading.Thread(target=build_snapshots, args=(apps, command, {}, stop, url))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+        pid = int(pid_file.read_text())
+        stop.set()
+        worker.join(timeout=60)
+        assert not worker.is_alive()
+    finally:
+        stop.set()
+        server.shutdown()
+    assert events == ["batch a"]  # the job was stopped, and no other started
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # gone, and reaped
