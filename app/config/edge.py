@@ -35,8 +35,13 @@ class BackendLimits(FrozenModel):
     retry_after_s: int = Field(ge=0, le=3600)
     # HAProxy waits min(timeout connect, 1 s) before retrying a refused connection (a replica
     # that just died): with Serve's 5 s, that wait alone took a whole 1 s budget, and the
-    # retried login reached the other replica too late (measured: 503 after 1003 ms).
-    connect_timeout_ms: int = Field(default=250, ge=10, le=10_000)
+    # retried login reached the other replica too late (measured: 503 after 1003 ms); at
+    # 250 ms, the logins sent at the instant every supervisor of a version died were refused
+    # after 250 ms, the refusal p99 of the kill (2026-11-27). A refusal may cost at most 50 ms
+    # over what the caller cannot go below (docs/reliability.md), so the wait is kept inside
+    # that. A connect is the kernels' handshake, well under a millisecond on a LAN however
+    # busy the cores are; one that takes longer is retried on another replica.
+    connect_timeout_ms: int = Field(default=40, ge=10, le=10_000)
     # How long HAProxy waits for a forwarded login's answer (its `timeout server`) before it
     # answers 503 itself: the application's budget plus ANSWER_GRACE_MS. A replica answers
     # within its budget by construction (the deadline falls back), so this only fires where

@@ -12,7 +12,14 @@ the edge needs. This module adds, to the config Serve wrote:
   its route for ~20 s (measured 2026-11-26: 30-40 client timeouts of 5 s, resets, in one
   kill each). Without it, a login with no live replica gets the service's 503 with
   Retry-After at once, from HAProxy, and one in flight on a replica that dies is retried on
-  a live one (`retry-on`, `option redispatch 1`) or gets the same 503;
+  a live one (`retry-on`, `option redispatch 1`) or gets the same 503.
+  A backend Serve renders with no replica at all keeps the proxy while its replicas are
+  only being reconfigured (a live `serve deploy` of knobs takes them out of Serve's list
+  for a moment, alive; the proxy answers those logins), and loses it once HAProxy saw every
+  one of them down (the server-state file Serve saves before each reload): then the proxy
+  could only hold each login to `timeout server` and refuse it there (measured 1.1 s), and
+  HAProxy's own 503 comes at once instead. That holds until the backend lists a replica
+  again (`dead`, carried from one reload to the next by the wrapper);
 - `timeout queue` on that application's backend: a login that waited that long is answered
   503 by HAProxy itself, without reaching any Python event loop; and a short `timeout
   connect`, which is also how long HAProxy waits before retrying a replica that just died;
@@ -45,6 +52,7 @@ from pathlib import Path
 
 from app.config.edge import BackendLimits, EdgeConfig
 from app.core.admission import OVERLOADED_DETAIL, QUEUE_ROOM_HEADER
+from app.edge.server_state import BackendServer
 
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
@@ -82,6 +90,9 @@ class Rewritten:
     text: str
     # errorfile path -> its contents (a whole HTTP response); written beside the config.
     errorfiles: dict[str, bytes]
+    # Listed backends rendered with no replica whose replicas HAProxy last saw all down:
+    # no fallback proxy. Passed back as `dead` to the next rewrite (the next reload).
+    dead: frozenset[str] = frozenset()
 
 
 def safe_name(name: str) -> str:
@@ -122,10 +133,19 @@ def _sections(lines: list[str]) -> list[tuple[str, list[str]]]:
     return sections
 
 
-def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
-    """The config with edge admission, or `text` unchanged if it was already rewritten."""
+def rewrite(
+    text: str,
+    edge: EdgeConfig,
+    config_dir: Path,
+    last_seen: dict[str, list[BackendServer]] | None = None,
+    dead: frozenset[str] = frozenset(),
+) -> Rewritten:
+    """The config with edge admission, or `text` unchanged if it was already rewritten.
+
+    `last_seen`: each backend's servers as the running HAProxy saw them (the saved server
+    states); `dead`: the backends the previous rewrite found dead (Rewritten.dead)."""
     if text.startswith(MARKER):
-        return Rewritten(text, {})
+        return Rewritten(text, {}, dead)
     sections = _sections(text.splitlines())
     headers = [header for header, _ in sections]
     for required in ("global", "defaults", HTTP_FRONTEND):
@@ -143,6 +163,7 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
     # A process-wide variable per backend (HAProxy's names take no `-`).
     room_vars = {name: f"proc.offers_room_{i}" for i, name in enumerate(sorted(by_backend))}
     out = [MARKER]
+    now_dead: set[str] = set()
     for header, body in sections:
         out.append(header)
         if header == "defaults":
@@ -153,10 +174,36 @@ def rewrite(text: str, edge: EdgeConfig, config_dir: Path) -> Rewritten:
             name = header.split()[1]
             path = str(config_dir / f"offers-503-{name}.http")
             files[path] = refusal_response(by_backend[name].retry_after_s)
-            out += _backend(body, by_backend[name], path, room_vars[name])
+            is_dead = _all_replicas_down(body, (last_seen or {}).get(name, []), name in dead)
+            if is_dead:
+                now_dead.add(name)
+            out += _backend(body, by_backend[name], path, room_vars[name], is_dead)
         else:
             out += body
-    return Rewritten("\n".join(out) + "\n", files)
+    return Rewritten("\n".join(out) + "\n", files, frozenset(now_dead))
+
+
+def _primaries(body: list[str]) -> list[str]:
+    """A backend's replica server lines (every `server` but Serve's `backup` proxy)."""
+    return [
+        line for line in body if (m := _SERVER.match(line)) and "backup" not in m.group(4).split()
+    ]
+
+
+def _all_replicas_down(body: list[str], last_seen: list[BackendServer], was_dead: bool) -> bool:
+    """Whether a backend rendered with no replica lost them all, rather than having them out
+    of Serve's list for a moment (reconfigured by a live `serve deploy`, alive).
+
+    HAProxy's last view decides: every replica it held was down (connections refused, failed
+    checks). With none in that view (the previous config had no replica either), the previous
+    verdict stands, so a new application, deploying, keeps Serve's proxy as Serve intends."""
+    if _primaries(body):
+        return False
+    fallbacks = {m.group(2) for line in body if (m := _SERVER.match(line))}
+    replicas = [s for s in last_seen if s.name not in fallbacks]
+    if replicas:
+        return all(s.down for s in replicas)
+    return was_dead
 
 
 def _is_application_backend(name: str) -> bool:
@@ -195,7 +242,9 @@ def _frontend(body: list[str]) -> list[str]:
     return [*body[:at], STAMP_RULE, *body[at:]]
 
 
-def _backend(body: list[str], limits: BackendLimits, errorfile: str, room_var: str) -> list[str]:
+def _backend(
+    body: list[str], limits: BackendLimits, errorfile: str, room_var: str, dead: bool
+) -> list[str]:
     ours = {
         "timeout queue": f"timeout queue {limits.queue_timeout_ms}ms",
         "timeout connect": f"timeout connect {limits.connect_timeout_ms}ms",
@@ -209,9 +258,7 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str, room_var: s
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var)]
-    primaries = [
-        line for line in body if (m := _SERVER.match(line)) and "backup" not in m.group(4).split()
-    ]
+    primaries = _primaries(body)
     for line in body:
         stripped = line.strip()
         if stripped.startswith("http-request "):
@@ -228,9 +275,12 @@ def _backend(body: list[str], limits: BackendLimits, errorfile: str, room_var: s
                 # up. With none, HAProxy answers it the 503 above (module docstring).
                 out.append(f"    # {stripped} (removed by offers-haproxy: no live replica -> 503)")
                 continue
+            if "backup" in words and dead:
+                out.append(f"    # {stripped} (removed by offers-haproxy: every replica down)")
+                continue
             if "backup" in words:
-                # No replica listed at all (Serve renders that while it (re)deploys the
-                # application): its proxy routes the login, as Serve intends.
+                # No replica listed at all, while Serve (re)deploys or reconfigures the
+                # application: its proxy routes the login, as Serve intends.
                 out.append(line)
                 continue
             line = f"{line.rstrip()} maxconn {limits.max_in_flight}"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from app.config.edge import EDGE_ENV, EdgeConfig
 from app.edge.haproxy_config import UnrecognizedConfig, rewrite
+from app.edge.server_state import BackendServer, parse_all
 
 REAL_BINARY_ENV = "OFFERS_EDGE_HAPROXY_BINARY"
 OVERRIDE_ENV = "RAY_SERVE_HAPROXY_BINARY_PATH"  # how Serve is told to start this wrapper
@@ -52,14 +53,43 @@ def config_path(argv: list[str]) -> Path | None:
     return None
 
 
+# Beside the config: the backends the last rewrite found dead (every replica down), one per
+# line, for the next reload's rewrite (app.edge.haproxy_config.Rewritten.dead).
+DEAD_BACKENDS_FILE = "offers-dead-backends"
+
+
+def server_state_file(config_text: str) -> Path | None:
+    """The `server-state-file` a config Serve rendered names (Serve saves the running
+    HAProxy's server states there before every reload), if any."""
+    for line in config_text.splitlines():
+        words = line.split()
+        if len(words) == 2 and words[0] == "server-state-file":
+            return Path(words[1])
+    return None
+
+
+def last_seen(config_text: str) -> dict[str, list[BackendServer]]:
+    """Each backend's servers as the HAProxy being replaced last saw them; empty at the first
+    start, or when the file is missing or unreadable (then no backend is judged dead)."""
+    path = server_state_file(config_text)
+    try:
+        return parse_all(path.read_text()) if path is not None else {}
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
 def apply(path: Path, edge: EdgeConfig) -> None:
     """Rewrite `path` in place under Serve's own lock; write the errorfiles beside it."""
+    dead_file = path.parent / DEAD_BACKENDS_FILE
     with open(f"{path}.lock", "w") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            result = rewrite(path.read_text(), edge, path.parent)
+            text = path.read_text()
+            dead = frozenset(dead_file.read_text().split()) if dead_file.is_file() else frozenset()
+            result = rewrite(text, edge, path.parent, last_seen(text), dead)
             for name, content in result.errorfiles.items():
                 Path(name).write_bytes(content)
+            dead_file.write_text("".join(f"{name}\n" for name in sorted(result.dead)))
             path.write_text(result.text)
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)

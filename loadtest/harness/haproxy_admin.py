@@ -17,29 +17,10 @@ from pathlib import Path
 
 import psutil
 
+from app.edge.server_state import BackendServer, parse_servers_state
 from app.edge.wrapper import config_path
 
-# A Serve replica's server line, as Serve 2.60's template names it (the Python proxy's
-# `backup` fallback server is named SERVE_PROXY_ACTOR-…).
-REPLICA_PREFIX = "SERVE_REPLICA_"
 STATES = ("ready", "drain", "maint")
-
-
-@dataclass(frozen=True)
-class BackendServer:
-    name: str
-    address: str
-    port: int
-    # `srv_op_state`: 2 is SRV_ST_RUNNING (up, taking logins); 0 stopped, 1 starting.
-    op_state: int = 2
-
-    @property
-    def running(self) -> bool:
-        return self.op_state == 2
-
-    @property
-    def is_replica(self) -> bool:
-        return self.name.startswith(REPLICA_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -123,35 +104,6 @@ def stats_socket(config_text: str) -> Path:
         if words[:2] == ["stats", "socket"] and len(words) > 2:
             return Path(words[2])
     raise ValueError("the HAProxy config declares no `stats socket`")
-
-
-def parse_servers_state(text: str, backend: str) -> list[BackendServer]:
-    """Servers of `backend` from `show servers state <backend>`'s answer.
-
-    The answer is a version line, a `#` header naming the columns, then one row per server;
-    the columns are read by the header's names, not by position."""
-    header: list[str] | None = None
-    servers: list[BackendServer] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            header = line.lstrip("# ").split()
-            continue
-        if header is None or not line.strip():
-            continue
-        row = dict(zip(header, line.split(), strict=False))
-        if row.get("be_name") != backend:
-            continue
-        servers.append(
-            BackendServer(
-                row["srv_name"],
-                row["srv_addr"],
-                int(row["srv_port"]),
-                int(row.get("srv_op_state", "2")),
-            )
-        )
-    if header is None:
-        raise ValueError(f"not an answer of `show servers state`: {text[:200]!r}")
-    return servers
 
 
 class HAProxyAdmin:

