@@ -38,17 +38,10 @@ from app.core.offers import OfferCatalog
 from app.core.online.coalescing import CoalescingScorer
 from app.core.online.fanout import Fanout
 from app.local.processes import PROJECT_ROOT
-from loadtest.harness.results import (
-    add_version_args,
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, add_version_args, spread
 
-log = study_log("fanout-cost")
+STUDY = Study("loadtest.fanout_cost", __doc__, "fanout-cost")
+log = STUDY.log
 WAYS = ("direct", "batched", "lone")
 # The shipped supervisor's knobs (serve_config.yaml): one batch in flight, 100 ms hold,
 # quorum 0.5 with a 50 ms straggler grace.
@@ -122,7 +115,7 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[dict[str
 
 
 def run(args: argparse.Namespace) -> Path:
-    folder = results_folder("fanout")
+    folder = STUDY.folder("fanout")
     rounds = asyncio.run(measure(args))
     summary = {
         kind: {
@@ -150,12 +143,12 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.fanout_cost", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2000, help="per round, no-op members")
     add_version_args(parser)
-    args = parse_study_args(parser, argv)
-    return run_study(lambda: run(args), log)
+    args = STUDY.parse(parser, argv)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

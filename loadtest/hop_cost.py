@@ -35,16 +35,10 @@ from typing import Any
 from app.config.ray_env import SERVE_PROCESS_ENV
 from app.local.ray_auth import ray_auth_env
 from loadtest.harness.resources import tree_cpu_seconds
-from loadtest.harness.results import (
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, spread
 
-log = study_log("hop-cost")
+STUDY = Study("loadtest.hop_cost", __doc__, "hop-cost")
+log = STUDY.log
 ROWS, WIDTH = 10, 40
 IDLE_S = 5.0
 DEFAULT_SERIALIZATION = "cloudpickle"  # Serve's default for both directions
@@ -136,7 +130,7 @@ async def measure_rounds(
 def run(args: argparse.Namespace) -> Path:
     os.environ.update(SERVE_PROCESS_ENV)
     os.environ.update(ray_auth_env())
-    folder = results_folder("hop")
+    folder = STUDY.folder("hop")
     caller = deploy()
     try:
         rounds = asyncio.run(measure_rounds(caller, args))
@@ -171,7 +165,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.hop_cost", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -181,11 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         default=[DEFAULT_SERIALIZATION],
         help="comma-separated handle serializations to compare (cloudpickle, pickle)",
     )
-    args = parse_study_args(parser, argv)
+    args = STUDY.parse(parser, argv)
     unknown = set(args.serializations) - set(SERIALIZATIONS)
     if unknown:
         parser.error(f"--serializations: {sorted(unknown)} not among {list(SERIALIZATIONS)}")
-    return run_study(lambda: run(args), log)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -42,18 +42,10 @@ from app.adapters.onnx_members import FusedMembers
 from app.contract.artifacts import load_artifact, verified_artifact, verified_serving_artifact
 from app.contract.manifest import Manifest, MemberEntry, load_manifest
 from app.local.processes import PROJECT_ROOT
-from loadtest.harness.results import (
-    add_version_args,
-    machine_info,
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, add_version_args, machine_info, spread
 
-log = study_log("member-runtimes")
+STUDY = Study("loadtest.member_runtimes", __doc__, "member-runtimes")
+log = STUDY.log
 
 Predict = Callable[[np.ndarray], np.ndarray]
 ROWS = (10, 1000)
@@ -182,7 +174,7 @@ def run(args: argparse.Namespace) -> Path:
     assert manifest.fidelity is not None, "a manifest from before models-3: retrain"
     matrices = _matrices(manifest)
     check = np.asarray(manifest.fidelity.rows, dtype=np.float32)
-    out = results_folder("runtimes")
+    out = STUDY.folder("runtimes")
     log(f"{manifest.game} {manifest.version} ({manifest.profile}): {len(manifest.members)} members")
     candidates: list[Candidate] = []
     with tempfile.TemporaryDirectory() as build, threadpool_limits(limits=1):
@@ -290,13 +282,13 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.member_runtimes", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=200, help="per round and way, 10 rows")
     add_version_args(parser)
     parser.add_argument("--tl2cgen", action="store_true", help="also compile with TL2cgen (slow)")
-    args = parse_study_args(parser, argv)
-    return run_study(lambda: run(args), log)
+    args = STUDY.parse(parser, argv)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -39,13 +39,7 @@ from loadtest.harness.resources import (
     role,
     tree_cpu_seconds,
 )
-from loadtest.harness.results import (
-    parse_study_args,
-    results_folder,
-    run_study,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study
 from loadtest.harness.systems import EnsembleSystem, seeded_ensemble
 from models.train import ensure_trained
 
@@ -63,7 +57,8 @@ LAYERS = (
 )
 
 
-log = study_log("profile")
+STUDY = Study("loadtest.profile_replicas", __doc__, "profile")
+log = STUDY.log
 
 
 def layer_of(stack: str) -> str:
@@ -119,7 +114,7 @@ def targets(system: EnsembleSystem) -> dict[str, int]:
 
 def run(args: argparse.Namespace) -> Path:
     app = configured_apps(args.config)[0]
-    folder = results_folder("profile")
+    folder = STUDY.folder("profile")
     ensure_trained(
         app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
     )
@@ -281,7 +276,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = study_parser("loadtest.profile_replicas", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--rps", type=float, default=30.0, help="offered load, open loop")
@@ -291,12 +286,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--idle-seconds", type=float, default=15.0, help="window with no load, before it"
     )
     parser.add_argument("--players", type=int, default=10_000)
-    return parse_study_args(parser, argv)
+    return STUDY.parse(parser, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_study(lambda: run(args), log)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -44,9 +43,9 @@ import yaml
 from app.local.processes import PROJECT_ROOT
 from app.local.ray_auth import ray_auth_env
 from app.local.serve_config import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH, configured_apps
+from loadtest.harness.systems import run_cli
 from models.population import player_id
 
-BIN = Path(sys.executable).parent
 NEW_WEIGHT = 10.0
 
 
@@ -248,14 +247,7 @@ def walk(
     report = Release(version=version, profile=profile)
 
     def run(*args: str) -> None:
-        result = subprocess.run(
-            [str(BIN / args[0]), *args[1:]],
-            cwd=PROJECT_ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        result = run_cli(env, *args)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr}")
 

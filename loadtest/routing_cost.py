@@ -35,21 +35,15 @@ from app.local.serve_config import (
     from_checkout,
 )
 from loadtest.harness.probe import latency_probe
-from loadtest.harness.results import (
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, spread
 from loadtest.harness.systems import EnsembleSystem, dynamo_env
 from models.train import ensure_trained
 
 TABLE = "player-features-routing"
 
 
-log = study_log("routing")
+STUDY = Study("loadtest.routing_cost", __doc__, "routing")
+log = STUDY.log
 
 
 def whole_config(base: Path, *, port: int, endpoint_url: str, out: Path) -> dict[str, str]:
@@ -87,7 +81,7 @@ def wait_healthy(url: str, timeout_s: float = 600.0) -> None:
 
 def run(args: argparse.Namespace) -> Path:
     apps = configured_apps(args.config)
-    folder = results_folder("routing")
+    folder = STUDY.folder("routing")
     for app in apps:
         ensure_trained(
             app.args.game, app.args.version, app.args.profile, root=get_settings().artifacts_root
@@ -140,12 +134,12 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.routing_cost", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--players", type=int, default=2000)
-    args = parse_study_args(parser, argv)
-    return run_study(lambda: run(args), log)
+    args = STUDY.parse(parser, argv)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

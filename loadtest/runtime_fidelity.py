@@ -24,16 +24,11 @@ from app.core.offers import OfferCatalog
 from app.core.offline.batch_scoring import BatchScorer
 from app.local.seeding import player_item
 from app.local.serve_config import configured_apps
-from loadtest.harness.results import (
-    parse_study_args,
-    results_folder,
-    run_study,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study
 from models.population import generate_players
 
-log = study_log("runtime-fidelity")
+STUDY = Study("loadtest.runtime_fidelity", __doc__, "runtime-fidelity")
+log = STUDY.log
 
 TOLERANCE = 1e-6
 
@@ -69,7 +64,7 @@ def compare(version_dir: Path, rows: np.ndarray) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> Path:
-    out = results_folder("fidelity")
+    out = STUDY.folder("fidelity")
     report: dict[str, object] = {"command": args.command, "tolerance": TOLERANCE, "versions": {}}
     versions: dict[str, object] = {}
     for app in configured_apps(args.config):
@@ -85,11 +80,11 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.runtime_fidelity", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=Path("serve_config.yaml"))
     parser.add_argument("--players", type=int, default=10_000, help="as `make run` seeds")
-    args = parse_study_args(parser, argv)
-    return run_study(lambda: run(args), log)
+    args = STUDY.parse(parser, argv)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

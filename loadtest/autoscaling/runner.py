@@ -39,9 +39,11 @@ from app.local.serve_config import configured_apps, edge_env, from_checkout
 from loadtest.autoscaling.report import Sample, analyze, log
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.locust_runner import LoadTarget, run_locust
-from loadtest.harness.results import parse_study_args, results_folder, run_study, study_parser
+from loadtest.harness.results import Study
 from loadtest.harness.systems import dynamo_env
 from models.train import ensure_trained
+
+STUDY = Study("loadtest.autoscaling", __doc__, "autoscaling")
 
 TABLE = "player-features-autoscaling"
 POLL_S = 2.0
@@ -92,7 +94,7 @@ def run_config(
 
 def run(args: argparse.Namespace) -> Path:
     app = configured_apps(args.config)[0]
-    folder = results_folder("autoscaling")
+    folder = STUDY.folder("autoscaling")
     ensure_trained(
         app.args.game, app.args.version, app.args.profile, root=get_settings().artifacts_root
     )
@@ -182,7 +184,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.autoscaling", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--peak-users", type=int, default=60)
     parser.add_argument("--stage-seconds", type=int, default=40)
@@ -204,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         "--member-target-utilization", type=float, help="instead of the config's, for members"
     )
     parser.add_argument("--analyze", type=Path, help="recompute a finished run's report")
-    args = parse_study_args(parser, argv)
+    args = STUDY.parse(parser, argv)
     if args.analyze:
         analyze(args.analyze)
         return 0
-    return run_study(lambda: run(args), log)
+    return STUDY.run(lambda: run(args))

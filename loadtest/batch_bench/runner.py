@@ -44,21 +44,14 @@ from loadtest.batch_bench.stages import (
     read_stage,
     score_stage,
 )
-from loadtest.harness.results import (
-    add_version_args,
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, add_version_args, spread
 from models.train import ensure_trained
 
 TABLE = "player-features-batch-bench"
 SMALL_TABLE = "player-features-batch-bench-quarter"
 
-log = study_log("batch-bench")
+STUDY = Study("loadtest.batch_bench", __doc__, "batch-bench")
+log = STUDY.log
 
 
 def run(ns: argparse.Namespace) -> Path:
@@ -75,7 +68,7 @@ def run(ns: argparse.Namespace) -> Path:
         # Read by the raylet this process starts: its workers (the actors) run at this
         # niceness instead of Ray's 15.
         os.environ["RAY_worker_niceness"] = str(ns.worker_niceness)
-    folder = results_folder("batch")
+    folder = STUDY.folder("batch")
     from app.config.settings import get_settings
 
     version_dir = ensure_trained(
@@ -217,7 +210,7 @@ def run(ns: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = study_parser("loadtest.batch_bench", __doc__)
+    p = STUDY.parser()
     p.add_argument("--players", type=int, default=100_000)
     p.add_argument("--rounds", type=int, default=3)
     add_version_args(p)
@@ -231,5 +224,5 @@ def main(argv: list[str] | None = None) -> int:
         help="Ray's worker niceness (RAY_worker_niceness; Ray's default is 15, the limit "
         "process runs at 0)",
     )
-    ns = parse_study_args(p, argv)
-    return run_study(lambda: run(ns), log)
+    ns = STUDY.parse(p, argv)
+    return STUDY.run(lambda: run(ns))

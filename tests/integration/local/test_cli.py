@@ -85,43 +85,36 @@ def test_prepare_explains_a_deployment_override_the_layout_does_not_create(
 ):
     # One member group: per-member names such as member-xgb-all are not created. (Under
     # `layout: auto` they are, when the plan gives xgb-all its own deployment.)
-    args = {
-        "profile": "tiny",
-        "artifacts_root": str(tiny_version_dir.parents[2]),
-        "layout": {"placement": "groups", "groups": 1},
-    }
-    config = config_for(
-        tmp_path,
-        "http://127.0.0.1:4567",
-        "player-features",
-        args,
-        deployments=[{"name": "member-xgb-all", "num_replicas": 2}],
+    refusal = prepare_refusal(
+        tmp_path, tiny_version_dir, {"placement": "groups", "groups": 1}, "member-xgb-all"
     )
-    result = offers("prepare", "--config", str(config))
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
-    assert "does not create" in result.stderr
-    assert "member-group-0" in result.stderr
+    assert "does not create" in refusal
+    assert "member-group-0" in refusal
 
 
 def test_prepare_refuses_an_override_no_auto_plan_could_create(tmp_path, tiny_version_dir):
-    args = {
-        "profile": "tiny",
-        "artifacts_root": str(tiny_version_dir.parents[2]),
-        "layout": {"placement": "auto"},
-    }
+    refusal = prepare_refusal(
+        tmp_path, tiny_version_dir, {"placement": "auto"}, "member-extra-trees"
+    )
+    assert "member-extra-trees" in refusal and "does not create" in refusal
+    assert "member-xgb-all" in refusal  # what it could create instead
+
+
+def prepare_refusal(tmp_path, version_dir, layout: dict, overridden: str) -> str:
+    """`offers prepare` of the tiny version with `layout` and a deployment override of
+    `overridden`: refused as a usage error (exit 2, no traceback); its message."""
+    args = {"profile": "tiny", "artifacts_root": str(version_dir.parents[2]), "layout": layout}
     config = config_for(
         tmp_path,
         "http://127.0.0.1:4567",
         "player-features",
         args,
-        deployments=[{"name": "member-extra-trees", "num_replicas": 2}],
+        deployments=[{"name": overridden, "num_replicas": 2}],
     )
     result = offers("prepare", "--config", str(config))
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "member-extra-trees" in result.stderr and "does not create" in result.stderr
-    assert "member-xgb-all" in result.stderr  # what it could create instead
+    return result.stderr
 
 
 def test_an_unknown_args_key_is_refused_with_its_name(tmp_path):

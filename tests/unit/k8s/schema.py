@@ -3,6 +3,7 @@ tests)."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,46 @@ def errors(validator: jsonschema.Draft7Validator, document: Any) -> list[str]:
         f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
         for e in validator.iter_errors(document)
     ]
+
+
+def broken_errors(
+    validator: jsonschema.Draft7Validator, document: Any, path: tuple[Any, ...], value: Any
+) -> list[str]:
+    """The schema's errors for a copy of `document` with `value` at `path` (keys and list
+    indexes): how a test shows the check catches a typo or a wrong type."""
+    broken = copy.deepcopy(document)
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return errors(validator, broken)
+
+
+def check_group_rules(cluster: dict[str, Any]) -> None:
+    """ValidateRayClusterSpec's rules on the head and worker groups that the CRD schema does
+    not express (shared by the RayService's cluster and the RayJobs')."""
+    groups = [("head", cluster["headGroupSpec"])] + [
+        (g["groupName"], g) for g in cluster["workerGroupSpecs"]
+    ]
+    assert len({n for n, _ in groups}) == len(groups), "group names must be unique"
+    for group_name, group in groups:
+        params = group.get("rayStartParams", {})
+        pod = group["template"]["spec"]
+        assert pod["containers"], group_name
+        # rayStartParams resources and the group's `resources` field are exclusive.
+        if {"num-cpus", "num-gpus", "memory", "resources"} & set(params):
+            assert not group.get("resources"), group_name
+        assert "labels" not in params, group_name  # the top-level `labels` field instead
+        assert all(isinstance(v, str) for v in params.values()), group_name
+        assert "redis-username" not in params and "redis-password" not in params, group_name
+        env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
+        assert not env.keys() & {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "REDIS_USERNAME"}
+        # Probes are KubeRay's: it injects Ray's own health checks.
+        for container in pod["containers"]:
+            assert "livenessProbe" not in container and "readinessProbe" not in container
+    # Token auth needs rayVersion set and at least 2.52.0.
+    assert cluster["authOptions"]["mode"] == "token"
+    assert tuple(int(p) for p in cluster["rayVersion"].split(".")) >= (2, 52, 0)
 
 
 # The Kubernetes version whose built-in schemas the manifests are checked against.

@@ -4,12 +4,11 @@ validation.go), checked by hand."""
 
 from __future__ import annotations
 
-import copy
 import re
 
 import pytest
 
-from tests.unit.k8s.schema import crd_validator, errors
+from tests.unit.k8s.schema import broken_errors, check_group_rules, crd_validator, errors
 
 pytestmark = pytest.mark.unit
 
@@ -49,12 +48,7 @@ def test_the_rayservice_matches_the_kuberay_v1_crd(validator, rayservice):
 def test_the_schema_check_catches_typos_and_wrong_types(
     validator, rayservice, path, value, expected
 ):
-    broken = copy.deepcopy(rayservice)
-    node = broken
-    for key in path[:-1]:
-        node = node[key]
-    node[path[-1]] = value
-    found = errors(validator, broken)
+    found = broken_errors(validator, rayservice, path, value)
     assert found and any(expected in e for e in found), found
 
 
@@ -75,28 +69,8 @@ def test_the_operator_rules_the_schema_does_not_express(rayservice):
         "ray.io/kuberay-operator",
         "kueue.x-k8s.io/multikueue",
     }
-    groups = [("head", cluster["headGroupSpec"])] + [
-        (g["groupName"], g) for g in cluster["workerGroupSpecs"]
-    ]
-    assert len({n for n, _ in groups}) == len(groups), "group names must be unique"
-    for group_name, group in groups:
-        params = group.get("rayStartParams", {})
-        pod = group["template"]["spec"]
-        assert pod["containers"], group_name
-        # rayStartParams resources and the group's `resources` field are exclusive.
-        if {"num-cpus", "num-gpus", "memory", "resources"} & set(params):
-            assert not group.get("resources"), group_name
-        assert "labels" not in params, group_name  # the top-level `labels` field instead
-        assert all(isinstance(v, str) for v in params.values()), group_name
-        env = {e["name"] for e in pod["containers"][0].get("env", [])}
-        assert not env & {"RAY_REDIS_ADDRESS", "REDIS_PASSWORD", "REDIS_USERNAME"}, group_name
-        # Probes are KubeRay's: it injects Ray's own health checks.
-        for container in pod["containers"]:
-            assert "livenessProbe" not in container and "readinessProbe" not in container
+    check_group_rules(cluster)
     assert cluster["enableInTreeAutoscaling"] is True
-    # Token auth needs rayVersion set and at least 2.52.0.
-    assert cluster["authOptions"]["mode"] == "token"
-    assert tuple(int(p) for p in cluster["rayVersion"].split(".")) >= (2, 52, 0)
     for group in cluster["workerGroupSpecs"]:
         assert not group.get("suspend"), "suspended worker groups are refused with autoscaling"
         assert group["minReplicas"] <= group["replicas"] <= group["maxReplicas"]

@@ -71,14 +71,26 @@ class Service(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_the_batch_runs_once_per_version_after_the_service_answers(tmp_path, tiny_version_dir):
-    apps = [configured(tiny_version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
-    ran = tmp_path / "ran"
-    events: list[str] = []
+def two_versions(tmp_path, version_dir):
+    return [configured(version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
+
+
+def job(events: list[str], code: str):
+    """A batch job command for the builder: runs `code` (`{name}`: the version's app), and
+    notes which version it started for in `events`."""
 
     def command(app):
         events.append(f"batch {app.name}")
-        return [sys.executable, "-c", f"open({str(ran)!r}, 'a').write({app.name!r})"]
+        return [sys.executable, "-c", code.replace("{name}", app.name)]
+
+    return command
+
+
+def test_the_batch_runs_once_per_version_after_the_service_answers(tmp_path, tiny_version_dir):
+    apps = two_versions(tmp_path, tiny_version_dir)
+    ran = tmp_path / "ran"
+    events: list[str] = []
+    command = job(events, f"open({str(ran)!r}, 'a').write('{{name}}')")
 
     port = free_port()
     stop = threading.Event()
@@ -122,12 +134,9 @@ def test_a_job_ended_by_a_signal_stops_the_builder_before_the_next_version(
 ):
     """Ctrl-C reaches `make run`'s whole process group, the running job with it, before the
     builder is told to stop: the next version's job must not start on a Ray going away."""
-    apps = [configured(tiny_version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
+    apps = two_versions(tmp_path, tiny_version_dir)
     events: list[str] = []
-
-    def command(app):
-        events.append(f"batch {app.name}")
-        return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"]
+    command = job(events, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
 
     server, url = _answering_service()
     try:
@@ -138,18 +147,13 @@ def test_a_job_ended_by_a_signal_stops_the_builder_before_the_next_version(
 
 
 def test_stopping_the_builder_stops_its_running_job(tmp_path, tiny_version_dir):
-    apps = [configured(tiny_version_dir, tmp_path / f"batch-{n}", name=n) for n in ("a", "b")]
+    apps = two_versions(tmp_path, tiny_version_dir)
     pid_file = tmp_path / "job.pid"
     events: list[str] = []
-
-    def command(app):
-        events.append(f"batch {app.name}")
-        return [
-            sys.executable,
-            "-c",
-            f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); "
-            "time.sleep(600)",
-        ]
+    command = job(
+        events,
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)",
+    )
 
     server, url = _answering_service()
     stop = threading.Event()

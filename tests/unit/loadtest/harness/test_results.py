@@ -8,14 +8,7 @@ import time
 
 import pytest
 
-from loadtest.harness.results import (
-    parse_study_args,
-    results_folder,
-    run_study,
-    spread,
-    study_log,
-    study_parser,
-)
+from loadtest.harness.results import Study, results_folder, spread
 
 pytestmark = pytest.mark.unit
 
@@ -38,24 +31,26 @@ def test_each_run_gets_a_new_folder_named_by_its_utc_start(tmp_path):
     assert re.fullmatch(r"\d{8}T\d{6}Z", results_folder(root=tmp_path / "x").name)
 
 
+BENCH = Study("loadtest.bench", "The benchmark.\n\nDetails nobody reads.", "bench")
+
+
 def test_the_recorded_command_reproduces_the_run():
-    parser = study_parser("loadtest.bench", "The benchmark.\n\nDetails nobody reads.")
+    parser = BENCH.parser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--systems", default="")
-    args = parse_study_args(parser, ["--rounds", "1", "--systems", "legacy,pool ensemble"])
+    args = BENCH.parse(parser, ["--rounds", "1", "--systems", "legacy,pool ensemble"])
     assert args.rounds == 1
     assert args.command == "python -m loadtest.bench --rounds 1 --systems 'legacy,pool ensemble'"
     assert parser.description == "The benchmark."
 
 
 def test_a_study_logs_under_its_name(capsys):
-    study_log("reliability")("started")
+    Study("loadtest.reliability", None, "reliability").log("started")
     assert re.fullmatch(r"\[reliability \d\d:\d\d:\d\d\] started\n", capsys.readouterr().out)
 
 
-def test_sigterm_unwinds_a_job_like_ctrl_c():
+def test_sigterm_unwinds_a_job_like_ctrl_c(capsys):
     cleaned = []
-    logged = []
 
     def job():
         try:
@@ -66,12 +61,12 @@ def test_sigterm_unwinds_a_job_like_ctrl_c():
 
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        assert run_study(job, logged.append) == 130
+        assert BENCH.run(job) == 130
         # Given back: the caller's own SIGTERM handling is not changed for good.
         assert signal.getsignal(signal.SIGTERM) is previous
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert cleaned == [True]
-    assert logged and "interrupted" in logged[0]
-    assert run_study(lambda: None, logged.append) == 0
+    assert "[bench " in (logged := capsys.readouterr().out) and "interrupted" in logged
+    assert BENCH.run(lambda: None) == 0
     signal.signal(signal.SIGTERM, previous)
