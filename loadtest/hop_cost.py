@@ -13,6 +13,10 @@ and divided by the calls. Rounds alternate sequential calls and `--concurrency` 
 once (a fan-out's hops overlap). Prints medians with their min-max, writes
 loadtest/results/<timestamp>-hop/hop.json.
 
+`--payload login` measures the other hop instead, a game router's call to a version's
+supervisor (`route_offer`): a login's body, its request id and wait as the arguments, an
+offer's answer (a dict of ~20 fields, the shape of docs/api.md's example) as the reply.
+
 `--serializations cloudpickle,pickle` measures the hop with each of the handle's
 `request_serialization` / `response_serialization` in turn, interleaved within every round.
 Under the service's process settings (`RAY_SERVE_THROUGHPUT_OPTIMIZED`) a handle call goes
@@ -42,6 +46,33 @@ log = STUDY.log
 ROWS, WIDTH = 10, 40
 IDLE_S = 5.0
 DEFAULT_SERIALIZATION = "cloudpickle"  # Serve's default for both directions
+PAYLOADS = ("matrix", "login")
+# A routed login's answer, as a supervisor returns it to the router (docs/api.md's example).
+ANSWER: dict[str, Any] = {
+    "request_id": "b3b8832c-af41-4db6-b287-2a1621f0c6e1",
+    "game": "galaxy-raiders",
+    "ensemble_version": "2026-10",
+    "offer": {
+        "offer_id": "gr-mega-bundle",
+        "item": "Admiral's Mega Bundle",
+        "price": 49.99,
+        "discount": 0.4,
+        "net_price": 29.99,
+    },
+    "propensity": 0.019854766472035247,
+    "expected_revenue": 0.5955238655622253,
+    "personalized": True,
+    "fallback_reason": None,
+    "tier": "online",
+    "members_answered": 12,
+    "members_total": 12,
+    "answered_members": [
+        "xgb-all", "xgb-w0", "xgb-w2", "xgb-w3", "xgb-boot1", "xgb-boot2", "xgb-ios",
+        "xgb-android", "xgb-spenders", "hgb-w1", "et-boot3", "logreg-all",
+    ],
+    "missing_members": {},
+    "timings": {"features_ms": 7.111, "fanout_ms": 17.546, "total_ms": 24.968},
+}  # fmt: skip
 SERIALIZATIONS = ("cloudpickle", "pickle")
 
 
@@ -56,6 +87,11 @@ def deploy() -> Any:
         async def score(self, matrix: np.ndarray) -> np.ndarray:
             return np.zeros((1, matrix.shape[0]))
 
+        async def route_offer(
+            self, payload: dict[str, Any], request_id: str | None, wait_ms: float
+        ) -> dict[str, Any]:
+            return {**ANSWER, "request_id": request_id, "game": payload["game"]}
+
     @serve.deployment(ray_actor_options={"num_cpus": 0.1})
     class Caller:
         def __init__(self, callee: Any) -> None:
@@ -68,17 +104,22 @@ def deploy() -> Any:
 
             return "grpc" if constants.RAY_SERVE_USE_GRPC_BY_DEFAULT else "actor"
 
-        async def calls(self, n: int, concurrency: int, serialization: str) -> float:
+        async def calls(self, n: int, concurrency: int, serialization: str, payload: str) -> float:
             import asyncio
 
             callee = self._callee.options(
                 request_serialization=serialization, response_serialization=serialization
             )
+
+            def call() -> Any:
+                if payload == "login":
+                    login = {"game": "galaxy-raiders", "player_id": "p0000042"}
+                    return callee.route_offer.remote(login, "b3b8832c-af41-4db6", 250.0)
+                return callee.score.remote(self._matrix)
+
             started = time.perf_counter()
             for _ in range(n // concurrency):
-                await asyncio.gather(
-                    *(callee.score.remote(self._matrix) for _ in range(concurrency))
-                )
+                await asyncio.gather(*(call() for _ in range(concurrency)))
             return time.perf_counter() - started
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -86,14 +127,14 @@ def deploy() -> Any:
 
 
 async def measure(
-    caller: Any, calls: int, concurrency: int, serialization: str
+    caller: Any, calls: int, concurrency: int, serialization: str, payload: str
 ) -> dict[str, float]:
     me = os.getpid()
     cpu0 = tree_cpu_seconds(me)
     await asyncio.sleep(IDLE_S)
     idle_rate = (tree_cpu_seconds(me) - cpu0) / IDLE_S
     cpu1, t1 = tree_cpu_seconds(me), time.monotonic()
-    await caller.calls.remote(calls, concurrency, serialization)
+    await caller.calls.remote(calls, concurrency, serialization, payload)
     cpu, wall = tree_cpu_seconds(me) - cpu1, time.monotonic() - t1
     return {
         "cpu_ms_per_call": (cpu - idle_rate * wall) * 1000.0 / calls,
@@ -110,7 +151,7 @@ async def measure_rounds(
     # Serve's process settings run a handle's router on the caller's event loop: every call
     # from this driver is made from one loop.
     for serialization in args.serializations:
-        await caller.calls.remote(200, 1, serialization)  # warm: handles, gRPC channels
+        await caller.calls.remote(200, 1, serialization, args.payload)  # warm: handles, gRPC
     log(f"handle calls travel over: {await caller.transport.remote()}")
     rounds: dict[str, list[dict[str, float]]] = {}
     for r in range(args.rounds):
@@ -121,7 +162,9 @@ async def measure_rounds(
                     if args.serializations == [DEFAULT_SERIALIZATION]
                     else (f"{kind}/{serialization}")
                 )
-                measured = await measure(caller, args.calls, concurrency, serialization)
+                measured = await measure(
+                    caller, args.calls, concurrency, serialization, args.payload
+                )
                 rounds.setdefault(key, []).append(measured)
                 log(f"round {r + 1} {key}: {measured}")
     return rounds
@@ -145,6 +188,7 @@ def run(args: argparse.Namespace) -> Path:
         "calls": args.calls,
         "concurrency": args.concurrency,
         "serializations": args.serializations,
+        "payload": args.payload,
         "rounds": rounds,
         "cpu_ms_per_call": {
             k: spread([x["cpu_ms_per_call"] for x in v]) for k, v in rounds.items()
@@ -169,6 +213,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument(
+        "--payload",
+        choices=PAYLOADS,
+        default="matrix",
+        help="matrix: a member hop (a login's candidate matrix, scores back); login: a game "
+        "router's hop to a supervisor (a login's body, an offer back)",
+    )
     parser.add_argument(
         "--serializations",
         type=lambda v: v.split(","),
