@@ -177,7 +177,9 @@ def rewrite(
             is_dead = _all_replicas_down(body, (last_seen or {}).get(name, []), name in dead)
             if is_dead:
                 now_dead.add(name)
-            out += _backend(body, by_backend[name], path, room_vars[name], is_dead)
+            # Serve's proxy stays only while no replica is listed and they are not all down.
+            keep_fallback = not _primaries(body) and not is_dead
+            out += _backend(body, by_backend[name], path, room_vars[name], keep_fallback)
         else:
             out += body
     return Rewritten("\n".join(out) + "\n", files, frozenset(now_dead))
@@ -243,7 +245,7 @@ def _frontend(body: list[str]) -> list[str]:
 
 
 def _backend(
-    body: list[str], limits: BackendLimits, errorfile: str, room_var: str, dead: bool
+    body: list[str], limits: BackendLimits, errorfile: str, room_var: str, keep_fallback: bool
 ) -> list[str]:
     ours = {
         "timeout queue": f"timeout queue {limits.queue_timeout_ms}ms",
@@ -258,7 +260,6 @@ def _backend(
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var)]
-    primaries = _primaries(body)
     for line in body:
         stripped = line.strip()
         if stripped.startswith("http-request "):
@@ -270,18 +271,15 @@ def _backend(
             words = match.group(4).split()
             if "maxconn" in words:
                 raise UnrecognizedConfig(f"server line already has maxconn: {stripped!r}")
-            if "backup" in words and primaries:
-                # Serve's proxy as the fallback: it would hold a login while no replica is
-                # up. With none, HAProxy answers it the 503 above (module docstring).
-                out.append(f"    # {stripped} (removed by offers-haproxy: no live replica -> 503)")
-                continue
-            if "backup" in words and dead:
-                out.append(f"    # {stripped} (removed by offers-haproxy: every replica down)")
-                continue
             if "backup" in words:
-                # No replica listed at all, while Serve (re)deploys or reconfigures the
-                # application: its proxy routes the login, as Serve intends.
-                out.append(line)
+                # Serve's proxy as the fallback would hold a login while no replica is up;
+                # without it HAProxy answers the 503 above (module docstring). Kept while
+                # Serve (re)deploys or reconfigures the application: it routes the login.
+                out.append(
+                    line
+                    if keep_fallback
+                    else f"    # {stripped} (removed by offers-haproxy: no live replica -> 503)"
+                )
                 continue
             line = f"{line.rstrip()} maxconn {limits.max_in_flight}"
         out.append(line)
