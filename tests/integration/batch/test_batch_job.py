@@ -195,12 +195,11 @@ def test_a_sigkilled_actor_loses_and_duplicates_no_player(serve_app, tiny_versio
     assert set(scored) == ALL_PLAYERS
 
 
-def test_precomputed_offers_answer_while_dynamodb_is_down(
-    serve_app, tiny_version_dir, dynalite_server, batch_run
-):
+def test_precomputed_offers_answer_while_dynamodb_is_down(serve_app, dynalite_server, batch_run):
     scored = read_output(batch_run.output)
-    # A replica that looks for new runs every second (the default is every 5 minutes).
-    deploy(app_args(tiny_version_dir, precomputed={"refresh_s": 1}))
+    # The deployed replica finds the run's snapshot itself, no redeploy: one that started
+    # before any snapshot existed looks every FIRST_SNAPSHOT_POLL_S (5 s), and one started
+    # after the run loaded it at start.
     info = requests.get(f"{serve_app}/v1/ensemble", timeout=10).json()
     deadline = time.monotonic() + 30
     while info["precomputed"] is None:
@@ -218,7 +217,6 @@ def test_precomputed_offers_answer_while_dynamodb_is_down(
         client = dynalite_server.client(timeout_s=10.0)
         ensure_table(client, TEST_TABLE)  # in-memory: the restarted store is empty
         seed_game(client, TEST_TABLE, TEST_GAME, TEST_PLAYERS)
-        deploy(app_args(tiny_version_dir))
     for pid, answer in zip(players, answers, strict=True):
         assert answer["tier"] == "precomputed", answer
         assert answer["fallback_reason"] == "feature_store_unavailable"
