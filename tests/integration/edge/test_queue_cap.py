@@ -111,6 +111,20 @@ async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
     return await ingress_replica(port, login)
 
 
+async def login_url_once_listening(session: Any, http_port: int) -> str:
+    """APP's login URL on the HAProxy at `http_port`, once it listens (it answers Serve's
+    health path itself)."""
+    import aiohttp
+
+    for _ in range(100):
+        try:
+            async with session.get(f"http://127.0.0.1:{http_port}/-/healthz"):
+                break
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.1)
+    return f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+
+
 class Edge(NamedTuple):
     session: Any  # aiohttp.ClientSession
     url: str  # the login route of APP
@@ -141,14 +155,7 @@ async def running_edge(tmp_path, limits: BackendLimits):
     )  # fmt: skip
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-            health = f"http://127.0.0.1:{http_port}/-/healthz"
-            for _ in range(100):  # HAProxy listening (it answers this one itself)
-                try:
-                    async with session.get(health):
-                        break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.1)
-            url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
+            url = await login_url_once_listening(session, http_port)
             yield Edge(session, url, arrived, release, haproxy.pid)
             release.set()
     finally:

@@ -19,7 +19,12 @@ import pytest
 from app.config.edge import EdgeConfig
 from app.edge.haproxy_config import rewrite
 from app.local.processes import free_port
-from tests.integration.edge.test_queue_cap import ingress_replica, limits, rendered_by_ray
+from tests.integration.edge.test_queue_cap import (
+    ingress_replica,
+    limits,
+    login_url_once_listening,
+    rendered_by_ray,
+)
 from tests.support import write_rewritten
 
 pytestmark = pytest.mark.integration
@@ -83,14 +88,7 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
         )  # fmt: skip
         try:
             async with aiohttp.ClientSession() as session:
-                url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
-                health = f"http://127.0.0.1:{http_port}/-/healthz"
-                for _ in range(100):  # HAProxy listening (it answers this one itself)
-                    try:
-                        async with session.get(health):
-                            break
-                    except aiohttp.ClientError:
-                        await asyncio.sleep(0.1)
+                url = await login_url_once_listening(session, http_port)
 
                 async def login():
                     async with session.post(url, json={"player_id": "p1"}) as response:
