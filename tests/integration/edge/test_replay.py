@@ -20,6 +20,7 @@ from app.config.edge import EdgeConfig
 from app.edge.haproxy_config import rewrite
 from app.local.processes import free_port
 from tests.integration.edge.test_queue_cap import (
+    APP,
     ingress_replica,
     limits,
     login_url_once_listening,
@@ -28,8 +29,6 @@ from tests.integration.edge.test_queue_cap import (
 from tests.support import write_rewritten
 
 pytestmark = pytest.mark.integration
-
-APP = "galaxy-raiders-2026-11"
 
 # An ingress replica that answers health checks and holds every login, saying so on stdout.
 # The standard library only: it is up in a fraction of aiohttp's import time.
