@@ -3,7 +3,10 @@
 The router holds no models and reads no features: it picks a version
 (app.core.routing.version_split), forwards the login with what is left of its budget, and if
 that version's application is missing, not running, failing or silent, tries the next one while
-budget remains, flagging the answer (`rerouted_reason`). A version that failed or stayed silent
+budget remains, flagging the answer (`rerouted_reason`). A version silent for its share is not
+given up: its answer, if it comes while the login still has budget, is taken as well as the next
+version's (a hedge, not a hand-over), so a host too busy to answer within the share still gives
+the player their own version's offer instead of a refusal. A version that failed or stayed silent
 for several logins in a row is skipped for a while (app.core.routing.version_breaker). A version
 that refuses because it is overloaded (503) is not bypassed: its load would only overload the
 next one. A login for a version the router already fills waits in the router for a slot, within
@@ -101,6 +104,15 @@ class RoutedReply:
     retry_after_s: float | None = None
 
 
+@dataclass(frozen=True)
+class _LateTry:
+    """A try whose version stayed silent for its share, still running: its answer is taken if
+    it comes while the login has budget left. It holds the version's slot until it ends."""
+
+    version: str
+    call: asyncio.Future[dict[str, Any]]
+
+
 class OfferRouter:
     def __init__(
         self,
@@ -158,6 +170,22 @@ class OfferRouter:
 
     async def _route(
         self, payload: dict[str, Any], request_id: str | None, waited_ms: float
+    ) -> RoutedReply:
+        late: list[_LateTry] = []
+        try:
+            return await self._route_tries(payload, request_id, waited_ms, late)
+        finally:
+            for t in late:
+                if not t.call.done():
+                    t.call.cancel()
+                self._load.leave(t.version)
+
+    async def _route_tries(
+        self,
+        payload: dict[str, Any],
+        request_id: str | None,
+        waited_ms: float,
+        late: list[_LateTry],
     ) -> RoutedReply:
         budget_ms = self._budget_ms - max(waited_ms, 0.0)
         if payload.get("deadline_ms") is not None:
@@ -221,16 +249,17 @@ class OfferRouter:
                 min(queue_left_ms, give_ms - MIN_ATTEMPT_MS - SUPERVISOR_REFUSAL_MARGIN_MS),
             )
             called_ms = deadline.elapsed_ms()
-            reply = await self._call(
-                version, give_ms, payload, request_id, supervisor_wait_ms, tripped
+            answer = await self._call(
+                version, give_ms, payload, request_id, supervisor_wait_ms, tripped, late
             )
             # A try that did not answer may have spent its wait in the supervisor: it comes off
             # the allowance, so that a retry or the next version cannot wait it again.
             queue_left_ms -= min(deadline.elapsed_ms() - called_ms, supervisor_wait_ms)
-            if isinstance(reply, str):
-                reason = reason or reply
+            if isinstance(answer, str):
+                reason = reason or answer
                 i += 1
                 continue
+            version, reply = answer  # a late try's answer names its own version
             self._load.learn(version, reply)
             status = int(reply.get("status", 500))
             if status in (200, 503):
@@ -238,12 +267,7 @@ class OfferRouter:
             else:
                 self._failed(version, "failed")
             if status == 200:
-                body = dict(reply["body"])
-                why = None if version == assigned else reason
-                body["assigned_version"] = assigned
-                body["rerouted_reason"] = why
-                self._on_routed(assigned, version, why or "none")
-                return RoutedReply(200, assigned, version, why, body=body)
+                return self._answered(assigned, version, reason, reply)
             if status == 503:
                 if retries < FULL_REPLICA_RETRIES and self._load.worth_retrying(version, reply):
                     # One supervisor was full while the version had room on another.
@@ -259,6 +283,13 @@ class OfferRouter:
             reason = reason or "failed"
             self._problems.record(f"{version}: status {status}", str(reply.get("detail")))
             i += 1
+        # No version left to try, or none worth it: a silent one may still answer in time.
+        found = await self._late_answer(late, deadline.remaining_s() + REPLY_GRACE_S)
+        if found is not None:
+            version, reply = found
+            self._load.learn(version, reply)
+            self._breaker.succeeded(version)
+            return self._answered(assigned, version, reason, reply)
         self._on_routed(assigned, "none", reason or "timeout")
         return RoutedReply(
             503,
@@ -277,35 +308,55 @@ class OfferRouter:
         request_id: str | None,
         wait_ms: float,
         tripped: asyncio.Future[str],
-    ) -> dict[str, Any] | str:
-        """The version's reply, or why there is none (unavailable | timeout | failed), with
-        the breaker and the problem log told. The login holds one of the version's slots
-        (`VersionLoad.acquire`); it gives it back here.
+        late: list[_LateTry],
+    ) -> tuple[str, dict[str, Any]] | str:
+        """(the version that answered, its reply), or why there is none (unavailable |
+        timeout | failed), with the breaker and the problem log told. The login holds one of
+        the version's slots (`VersionLoad.acquire`); it gives it back here, unless the try
+        stays silent for its share: then it joins `late` and keeps the slot while it runs.
+        A late try's answer (a 200) is taken in place of this one's if it comes first.
 
         A try also stops waiting when the version's breaker opens meanwhile: the logins in
         flight on a version whose supervisors all died would otherwise each wait out their
         own share of the budget, and those sent last had too little left for another
         version (make reliability, version_down, 2026-11-26: answers at 850-1,047 ms and one
         503 at 1,068 ms for logins sent in the 0.8 s before the breaker opened)."""
+        found = self._take_late(late)
+        if found is not None:
+            # A silent try answered while this one waited for its slot: no call needed.
+            self._load.leave(version)
+            return found
         call = asyncio.ensure_future(
             self._backend.offer(
                 version, {**payload, "deadline_ms": int(give_ms)}, request_id, wait_ms
             )
         )
+        loop = asyncio.get_running_loop()
+        until = loop.time() + give_ms / 1000.0 + REPLY_GRACE_S
+        silent = False
         try:
-            done, _ = await asyncio.wait(
-                (call, tripped),
-                timeout=give_ms / 1000.0 + REPLY_GRACE_S,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if call in done:
-                return call.result()
-            if tripped in done:
-                self._problems.record(
-                    f"{version}: abandoned", f"breaker opened ({tripped.result()})"
+            while True:
+                left_s = until - loop.time()
+                if left_s <= 0:
+                    raise TimeoutError
+                waiting: set[asyncio.Future[Any]] = {call, tripped, *(t.call for t in late)}
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=left_s,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-                return tripped.result()
-            raise TimeoutError
+                if call in done:
+                    return version, call.result()
+                if tripped in done:
+                    self._problems.record(
+                        f"{version}: abandoned", f"breaker opened ({tripped.result()})"
+                    )
+                    return str(tripped.result())
+                found = self._take_late(late)
+                if found is not None:
+                    return found
+                if not done:
+                    raise TimeoutError
         except VersionUnavailable as exc:
             # Counted like a failure: once Serve's status says the version is down, the
             # logins the breaker skips are flagged with that, not with what tripped it.
@@ -319,15 +370,63 @@ class OfferRouter:
             if give_ms >= (self._budget_ms - self._reserve_ms) / 2:
                 self._failed(version, "timeout")
             self._problems.record(f"{version}: timeout", f"no reply in {give_ms:.0f} ms")
+            silent = not tripped.done()
             return "timeout"
         except Exception as exc:  # noqa: BLE001 - any failure of one version: try the next
             self._failed(version, "failed")
             self._problems.record(f"{version}: {type(exc).__name__}", str(exc))
             return "failed"
         finally:
-            if not call.done():
-                call.cancel()
-            self._load.leave(version)
+            if silent:
+                late.append(_LateTry(version, call))
+            else:
+                if not call.done():
+                    call.cancel()
+                self._load.leave(version)
+
+    def _take_late(self, late: list[_LateTry]) -> tuple[str, dict[str, Any]] | None:
+        """The first late try that answered 200, as (version, reply); every late try that
+        ended is dropped from `late` and gives its slot back. A late refusal or failure is
+        not an answer: the login is already elsewhere."""
+        found: tuple[str, dict[str, Any]] | None = None
+        for t in [t for t in late if t.call.done()]:
+            late.remove(t)
+            self._load.leave(t.version)
+            if found is None and not t.call.cancelled() and t.call.exception() is None:
+                reply = t.call.result()
+                if int(reply.get("status", 500)) == 200:
+                    found = (t.version, reply)
+        return found
+
+    async def _late_answer(
+        self, late: list[_LateTry], within_s: float
+    ) -> tuple[str, dict[str, Any]] | None:
+        """Wait up to `within_s` for a late try's 200 (see _take_late)."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within_s
+        while late:
+            found = self._take_late(late)
+            if found is not None:
+                return found
+            left_s = until - loop.time()
+            if left_s <= 0 or not late:
+                return None
+            done, _ = await asyncio.wait(
+                {t.call for t in late}, timeout=left_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                return None
+        return None
+
+    def _answered(
+        self, assigned: str, version: str, reason: str | None, reply: dict[str, Any]
+    ) -> RoutedReply:
+        body = dict(reply["body"])
+        why = None if version == assigned else reason
+        body["assigned_version"] = assigned
+        body["rerouted_reason"] = why
+        self._on_routed(assigned, version, why or "none")
+        return RoutedReply(200, assigned, version, why, body=body)
 
     def _tripped_future(self, version: str) -> asyncio.Future[str]:
         loop = asyncio.get_running_loop()

@@ -650,3 +650,91 @@ def test_a_login_waiting_for_a_slot_skips_a_version_whose_breaker_opened_meanwhi
     assert (first.answered, first.reason) == ("stable", "failed")
     assert (second.answered, second.reason) == ("stable", "failed")
     assert [c for c in backend.calls if c[0] == "canary"] == [("canary", "p1")]
+
+
+class LateCanary(Backend):
+    """The assigned canary stays silent past its share and answers once the router has sent
+    the login on to stable (ordered by events, not by time); stable behaves as given."""
+
+    def __init__(self, stable, canary_reply=None):
+        super().__init__({"stable": stable})
+        self.canary_reply = canary_reply or OK
+        self.stable_called = asyncio.Event()
+        self.cancelled = []
+
+    async def offer(self, version, payload, request_id, wait_ms=0.0):
+        if version == "stable":
+            self.stable_called.set()
+            return await super().offer(version, payload, request_id, wait_ms)
+        self.calls.append((version, payload["deadline_ms"]))
+        try:
+            await self.stable_called.wait()
+            await asyncio.sleep(0)  # stable's try is now the one waited on
+            return {**self.canary_reply, "body": {"offer": "x", "version": version}}
+        except asyncio.CancelledError:
+            self.cancelled.append(version)
+            raise
+
+
+def test_a_silent_versions_answer_within_the_budget_is_taken_over_a_silent_alternative():
+    """The assigned version misses its share (a host too busy to answer in time) and the
+    login goes on to the other version, which is silent too: the assigned version's answer,
+    coming while the login still has budget, is the answer, not a 503 at the budget."""
+    backend = LateCanary(stable="hang")
+    load = known_load()
+    r, routed = router(backend, load=load)
+    reply = route(r)
+    assert (reply.status, reply.answered, reply.reason) == (200, "canary", None)
+    assert reply.body["rerouted_reason"] is None and reply.body["version"] == "canary"
+    assert [v for v, _ in backend.calls] == ["canary", "stable"]
+    assert routed == [("canary", "canary", "none")]
+    assert load.in_flight("canary") == 0 and load.in_flight("stable") == 0
+
+
+def test_a_silent_versions_late_answer_is_waited_for_when_no_other_version_can_answer():
+    """The other version is unavailable at once: the router does not refuse while the
+    silent version still has budget to answer in."""
+
+    class Unavailable(LateCanary):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            if version == "stable":
+                self.calls.append((version, payload["deadline_ms"]))
+                self.stable_called.set()
+                raise VersionUnavailable("stable: no running supervisor")
+            return await super().offer(version, payload, request_id, wait_ms)
+
+    backend = Unavailable(stable=None)
+    r, _ = router(backend)
+    reply = route(r)
+    assert (reply.status, reply.answered, reply.reason) == (200, "canary", None)
+
+
+def test_the_alternatives_answer_wins_over_a_silent_version_and_ends_its_call():
+    backend = Backend({"canary": "hang", "stable": OK})
+    cancelled = []
+
+    class Watched(Backend):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            try:
+                return await backend.offer(version, payload, request_id, wait_ms)
+            except asyncio.CancelledError:
+                cancelled.append(version)
+                raise
+
+    load = known_load()
+    r, _ = router(Watched({}), load=load)
+    reply = route(r)
+    assert (reply.status, reply.answered, reply.reason) == (200, "stable", "timeout")
+    assert cancelled == ["canary"]  # the silent try ended with the login
+    assert load.in_flight("canary") == 0
+
+
+def test_a_late_refusal_is_not_an_answer():
+    """A silent version that ends with a 503 after its share: the login is already on the
+    other version, so that refusal is dropped and the login still gets a fallback answer
+    of its own (here a 503 from the router when the other version is silent too)."""
+    backend = LateCanary(stable="hang", canary_reply={"status": 503, "detail": "busy"})
+    r, routed = router(backend)
+    reply = route(r)
+    assert reply.status == 503 and reply.reason == "timeout"
+    assert routed == [("canary", "none", "timeout")]
