@@ -143,8 +143,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = STUDY.parser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = STUDY.parser(rounds=5)
     parser.add_argument("--calls", type=int, default=2000, help="per round, no-op members")
     add_version_args(parser)
     args = STUDY.parse(parser, argv)

@@ -209,8 +209,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = STUDY.parser()
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = STUDY.parser(rounds=3)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument(

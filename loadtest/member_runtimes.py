@@ -282,8 +282,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = STUDY.parser()
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = STUDY.parser(rounds=5)
     parser.add_argument("--calls", type=int, default=200, help="per round and way, 10 rows")
     add_version_args(parser)
     parser.add_argument("--tl2cgen", action="store_true", help="also compile with TL2cgen (slow)")

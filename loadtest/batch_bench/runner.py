@@ -210,9 +210,8 @@ def run(ns: argparse.Namespace) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = STUDY.parser()
+    p = STUDY.parser(rounds=3)
     p.add_argument("--players", type=int, default=100_000)
-    p.add_argument("--rounds", type=int, default=3)
     add_version_args(p)
     p.add_argument("--segments", type=int, default=2)
     p.add_argument("--read-budget", type=float, default=1_000_000.0, help="items/s (unpaced)")

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> Path:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = STUDY.parser()
+    parser = STUDY.parser(rounds=3)
     parser.add_argument("--profile", default="standard", help="member-cost profile")
     parser.add_argument("--config", type=Path, default=PROJECT_ROOT / "serve_config.yaml")
     parser.add_argument(
@@ -103,7 +103,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated variants measured in every round after the systems: "
         f"{', '.join(VARIANTS)}",
     )
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--players", type=int, default=10_000)
     parser.add_argument("--levels", default=DEFAULT_LEVELS, help="coarse offered-RPS steps")
     parser.add_argument("--refine", type=float, default=1.15, help="refinement step factor")

@@ -122,8 +122,18 @@ class Study:
     def log(self, message: str) -> None:
         study_log(self.tag)(message)
 
-    def parser(self) -> argparse.ArgumentParser:
-        return study_parser(self.module, self.doc)
+    def parser(self, *, rounds: int | None = None) -> argparse.ArgumentParser:
+        """The study's command line; `rounds`: the default of its `--rounds`, for a study
+        that measures in interleaved rounds (None: it has no such option)."""
+        parser = study_parser(self.module, self.doc)
+        if rounds is not None:
+            parser.add_argument(
+                "--rounds",
+                type=int,
+                default=rounds,
+                help="interleaved rounds: every figure is their median and spread",
+            )
+        return parser
 
     def parse(self, parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
         return parse_study_args(parser, argv)
