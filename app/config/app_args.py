@@ -181,6 +181,14 @@ MEMBER_DEFAULTS = DeploymentArgs(autoscaling=AutoscalingArgs(signal="utilization
 # candidate matrix: 0.97-1.02 ms sequential, 0.63-1.02 ms 8 at once, on this 2-core host
 # (2026-11-25, `.venv/bin/python -m loadtest.hop_cost --rounds 3`, docs/performance.md).
 HOP_CPU_MS = 1.0
+# HAProxy's static queue cap where nothing else bounds the queue (a router's, or fixed
+# admission): measured on this host (docs/reliability.md), a deeper queue only waits out its
+# timeout in a burst.
+FIXED_MAX_QUEUED = 16
+# Where the supervisors report the room they drain (adaptive admission), the static cap is
+# only a ceiling: it bounds the queue until they have measured, and stays above what they
+# report under load (about 45 logins a replica at ~180 logins/s, 2026-11-27).
+ADAPTIVE_MAX_QUEUED = 128
 
 
 class MemberLayout(StrictModel):
@@ -303,15 +311,25 @@ class AdmissionConfig(StrictModel):
         "also lets a login wait for room on its version for what is left of it (the two "
         "waits together).",
     )
-    edge_max_queued: int = Field(
-        default=16,
+    edge_max_queued: int | None = Field(
+        default=None,
         ge=1,
         le=10_000,
         description="how many logins may wait in HAProxy's queue for the application's "
         "replicas at once; the next is answered 503 with Retry-After at once. It bounds the "
         "wait (the logins ahead, over the replicas' rate) and makes every other refusal of "
-        "an overload immediate.",
+        "an overload immediate. Default (null): 16 where the replicas report no room (a "
+        "router, or adaptive false), and 128 where they do: there the room they report (the "
+        "rate they drain over the queue's wait) is the bound, and this cap only holds until "
+        "they have measured it.",
     )
+
+    def max_queued(self, *, reports_room: bool) -> int:
+        """HAProxy's static queue cap for the application (edge_max_queued, or its default
+        for replicas that do or do not report their room)."""
+        if self.edge_max_queued is not None:
+            return self.edge_max_queued
+        return ADAPTIVE_MAX_QUEUED if self.adaptive and reports_room else FIXED_MAX_QUEUED
 
     def queue_timeout_ms(self, request_budget_ms: float) -> int:
         """HAProxy's `timeout queue` for an application whose logins have this budget."""

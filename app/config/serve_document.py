@@ -31,7 +31,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
         backends[app["name"]] = BackendLimits(
             max_in_flight=args.admission.max_in_flight,
             queue_timeout_ms=args.admission.queue_timeout_ms(args.request_budget_ms),
-            max_queued=args.admission.edge_max_queued,
+            max_queued=args.admission.max_queued(reports_room=isinstance(args, EnsembleAppArgs)),
             retry_after_s=math.ceil(args.retry_after_s),
             answer_timeout_ms=math.ceil(args.request_budget_ms) + ANSWER_GRACE_MS,
         )

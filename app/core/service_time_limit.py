@@ -14,9 +14,15 @@ admitted took (admission to the answer's last byte) and derives both numbers fro
   idles wait on something else (a member past its deadline): fewer of them would shed
   nothing, only refuse; It stays within [1, ceiling]; the ceiling is
   `admission.max_in_flight`, which HAProxy also holds as each replica's maxconn;
-- **the edge queue's room**, Little's law: this replica answers bound / mean service time
-  logins per second, so the queue drains `room = rate x wait x QUEUE_FILL` logins within the
-  wait the edge allows (its `timeout queue`). HAProxy reads it from each answer's
+- **the edge queue's room**, Little's law: this replica answers (logins it held) / (their
+  mean service time) logins per second, both measured over the same recent logins, so the
+  queue drains `room = rate x wait x QUEUE_FILL` logins within the wait the edge allows
+  (its `timeout queue`). The logins held are counted as each one leaves, not taken to be
+  the bound: a replica whose cores do the work holds one login at a time at low load and
+  answers it in its CPU time, and the bound over that time claimed 16 times the rate it
+  can drain. HAProxy then let hundreds queue at the start of a burst on a slowed host, and
+  they were refused at the queue's timeout (run Q, 2026-11-27: refusal p99 670 ms against
+  a floor of 133). HAProxy reads it from each answer's
   `X-Offers-Queue-Room` header (app.edge) and refuses a login at once when the queue holds
   that many per live replica; until a replica has measured `MIN_SAMPLES` logins it sends
   none, and HAProxy's static cap (`admission.edge_max_queued`) is the only bound.
@@ -65,6 +71,8 @@ class ServiceTimeLimit:
         self._limit = float(ceiling)
         # At least two rounds of the ceiling: a cut needs a bound's worth of fresh samples.
         self._samples: deque[float] = deque(maxlen=max(window, 2 * ceiling))
+        # The logins held as each of those left (itself included): Little's law's L.
+        self._held: deque[int] = deque(maxlen=self._samples.maxlen)
         self._since_cut = 0
         # Logins still in flight at the last cut: they were let in under the old bound, so
         # their answers do not judge the new one.
@@ -89,6 +97,7 @@ class ServiceTimeLimit:
         left (itself included): the bound was binding if that reached it."""
         service_s = max(service_s, 0.0)
         self._samples.append(service_s)
+        self._held.append(max(in_flight, 1))
         if self._admitted_before_cut > 0:
             self._admitted_before_cut -= 1
         else:
@@ -126,5 +135,5 @@ class ServiceTimeLimit:
         mean_s = statistics.fmean(self._samples)
         if mean_s <= 0:
             return None
-        rate = self.bound / mean_s
+        rate = statistics.fmean(self._held) / mean_s
         return max(1, math.floor(rate * self.queue_wait_s * QUEUE_FILL))

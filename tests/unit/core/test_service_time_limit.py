@@ -78,6 +78,23 @@ def test_a_slower_service_time_at_the_same_bound_halves_the_room_it_doubles():
     assert b.queue_room() == a.queue_room() // 2
 
 
+def test_the_room_is_the_rate_the_replica_drained_not_the_bound_over_an_idle_service_time():
+    """At low load a CPU-bound replica holds one login at a time and answers it in its CPU
+    time (10 ms): it drains 100 logins/s, not the bound's 16 / 10 ms. The room is what
+    that rate drains in the queue's fill share of its wait; claimed from the bound, it let
+    hundreds queue at a burst's start on a slowed host, refused at the queue's timeout."""
+    lim = limit()
+    for _ in range(64):
+        lim.record(0.010, in_flight=1)
+    assert lim.bound == CEILING
+    assert lim.queue_room() == int(1 / 0.010 * QUEUE_WAIT_S * QUEUE_FILL)  # 25, not 400
+    # Saturated on the same core (processor sharing: 16 held, 160 ms each), the rate and
+    # so the room are the same: what the core drains.
+    for _ in range(64):
+        lim.record(0.010 * CEILING, in_flight=CEILING)
+    assert lim.queue_room() == int(1 / 0.010 * QUEUE_WAIT_S * QUEUE_FILL)
+
+
 def test_the_bound_comes_back_when_the_host_does_and_stops_at_the_ceiling():
     lim = limit()
     run(lim, 400, 0.9)  # far past the 0.5 s target
