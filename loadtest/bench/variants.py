@@ -83,6 +83,13 @@ VARIANTS: dict[str, Variant] = {
             args={"admission": {"edge_max_queued": 10_000}},
         ),
         Variant(
+            "fixed-edge-queue",
+            "HAProxy's queue for the supervisors capped at 16 logins (edge_max_queued 16), "
+            "the cap shipped until 2026-11-27: the room the replicas report counts only below "
+            "it",
+            args={"admission": {"edge_max_queued": 16}},
+        ),
+        Variant(
             "shallow-edge-queue",
             "HAProxy's queue for the supervisors one login deep (edge_max_queued 1): a login "
             "past the replicas' slots is refused at once unless it is the only one waiting",
