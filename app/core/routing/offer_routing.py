@@ -284,7 +284,9 @@ class OfferRouter:
             self._problems.record(f"{version}: status {status}", str(reply.get("detail")))
             i += 1
         # No version left to try, or none worth it: a silent one may still answer in time.
-        found = await self._late_answer(late, deadline.remaining_s() + REPLY_GRACE_S)
+        # Only within the budget: each try's own grace is spent, and a refusal past it
+        # would meet the edge's answer timeout (budget + 100 ms).
+        found = await self._late_answer(late, deadline.remaining_s())
         if found is not None:
             version, reply = found
             self._load.learn(version, reply)
