@@ -66,11 +66,11 @@ batch-bench: setup
 	$(BIN)/python -m loadtest.batch_bench $(BATCH_BENCH_ARGS)
 
 # Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
-# One pytest process. `PYTEST_ARGS="-n 2 --dist loadgroup"` runs two workers (every Ray
-# cluster test in one, tests/conftest.py): 0.83x the time, but e2e tests failed beside the
-# other worker's CPU in 1 of 3 clean-clone CI runs (docs/development.md).
+# Two pytest processes (tests/__main__.py): the Ray-cluster and timed tests in the
+# foreground, the `untimed` ones beside them at SCHED_IDLE. `PYTEST_ARGS` (a selection,
+# `-x`, ...) runs one pytest with them instead.
 test: lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m tests $(PYTEST_ARGS)
 
 # The ensemble against legacy and the process pool in interleaved rounds; report in
 # loadtest/results/<timestamp>/ (README, Benchmark).

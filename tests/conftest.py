@@ -46,13 +46,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     through `item._nodeid`, which pytest 9.2 no longer reads (its ids live in `item._id`):
     its `xdist_group` marker is silently ignored, and each test became a unit of its own
     (two workers then started a Serve cluster each). The suffix is set here instead."""
-    if not getattr(config.option, "loadgroup", False):  # set in xdist's workers only
-        return
+    loadgroup = getattr(config.option, "loadgroup", False)  # set in xdist's workers only
     for item in items:
         path = item.nodeid.split("::")[0]
         on_a_cluster = path.startswith("tests/e2e/") or not RAY_CLUSTERS.isdisjoint(
             getattr(item, "fixturenames", ())
         )
+        if on_a_cluster:
+            item.add_marker(pytest.mark.ray_cluster)
+        if not loadgroup:
+            continue
         group = "ray-clusters" if on_a_cluster else path
         item._id = NodeId.parse(f"{item.nodeid}@{group}")  # noqa: SLF001 (see above)
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.local.processes import PROJECT_ROOT
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def modules_after(imports: str) -> set[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from app.adapters.cpu_priority import give_way
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 # Starts a thread, optionally sets the process's first niceness, calls give_way, then starts
 # one more thread from the main thread; prints every thread's niceness and what give_way said.

@@ -13,7 +13,7 @@ from app.adapters.member_model import FidelityError, load_group
 from app.contract.artifacts import ArtifactIntegrityError, sha256_of
 from app.contract.manifest import MANIFEST_FILENAME, load_manifest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.fixture

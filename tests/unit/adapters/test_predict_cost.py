@@ -10,6 +10,8 @@ import pytest
 
 from app.adapters import predict_cost
 
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
+
 
 class Clock:
     def __init__(self) -> None:

@@ -10,7 +10,7 @@ from app.adapters.snapshot_store import latest_snapshot, write_snapshot
 from app.contract import offer_snapshot as snap
 from tests.support import small_manifest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ import pytest
 from app.api.admission import AdmissionMiddleware
 from app.core.admission import AdmissionGate
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 SCOPE = {"type": "http", "method": "POST", "path": "/g/v/v1/offers", "headers": []}
 

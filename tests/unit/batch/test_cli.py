@@ -2,7 +2,7 @@ import pytest
 
 from app.batch.cli import job_env, parser, to_args
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def args_of(*argv):

@@ -19,7 +19,7 @@ from app.config.app_args import (
 from app.config.knobs import SupervisorKnobs
 from app.serving.supervisor import SupervisorConfig
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 BASE = {"game": "galaxy-raiders", "version": "2026-11"}
 

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from app.config.app_args import EnsembleAppArgs
 from app.config.knobs import RouterKnobs, explain
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 TRAINED = {"xgb-all": 2.0, "logreg-all": 1.0}
 BASELINE = EnsembleAppArgs.model_validate({"game": "galaxy-raiders", "version": "2026-11"}).knobs()

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 from app.config.app_args import UTILIZATION_POLICY
 from app.config.router_args import ROUTER_DEFAULTS, RouterAppArgs
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 BASE = {"game": "galaxy-raiders", "versions": [{"version": "2026-10", "weight": 1}]}
 

@@ -5,7 +5,7 @@ from pydantic import ValidationError
 from app.contract.feature_schema import FeatureSpec
 from tests.support import small_schema
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_decode_full_item():

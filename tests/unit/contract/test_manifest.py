@@ -4,7 +4,7 @@ from pydantic import ValidationError
 from app.contract.manifest import Manifest, load_manifest, write_manifest
 from tests.support import offer, small_manifest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_manifest_round_trips_through_disk(tmp_path):

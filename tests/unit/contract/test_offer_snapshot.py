@@ -5,7 +5,7 @@ import pytest
 
 from app.contract import offer_snapshot as snap
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 SCORED_AT = datetime(2026, 11, 23, 3, 0, tzinfo=UTC)
 OFFERS = ("cheap", "mid", "big")

@@ -6,7 +6,7 @@ import pytest
 
 from app.core.admission import MAX_EDGE_WAIT_S, AdmissionGate, parse_request_start
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_gate_admits_up_to_its_bound_then_refuses_until_one_leaves():

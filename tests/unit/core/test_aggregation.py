@@ -3,7 +3,7 @@ import pytest
 
 from app.core.aggregation import MemberScores, weighted_mean
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_weighted_mean_uses_member_weights():

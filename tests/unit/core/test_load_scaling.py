@@ -9,7 +9,7 @@ from app.core.load_meter import LoadMeter
 from app.core.planning.replica_scaling import desired_replicas
 from tests.support import ManualClock
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():

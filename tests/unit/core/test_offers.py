@@ -4,7 +4,7 @@ import pytest
 from app.core.offers import OfferCatalog
 from tests.support import small_manifest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.fixture

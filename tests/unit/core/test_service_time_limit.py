@@ -10,7 +10,7 @@ from app.core.admission import AdmissionGate
 from app.core.load_meter import LoadMeter
 from app.core.service_time_limit import MIN_SAMPLES, QUEUE_FILL, ServiceTimeLimit
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 BUDGET_S = 1.0
 QUEUE_WAIT_S = 0.5  # the default edge queue timeout: half the budget

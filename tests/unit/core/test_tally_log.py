@@ -7,7 +7,7 @@ import pytest
 from app.core.tally_log import TallyLog
 from tests.support import ManualClock
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from app.edge.haproxy_config import (
 from app.edge.server_state import BackendServer
 from tests.support import write_rewritten
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 VERSION = "galaxy-raiders-2026-11"
 ROUTER = "galaxy-raiders"

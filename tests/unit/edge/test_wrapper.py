@@ -14,7 +14,7 @@ from app.edge.haproxy_config import MARKER
 from app.edge.wrapper import OVERRIDE_ENV, REAL_BINARY_ENV, real_haproxy
 from tests.unit.edge.test_haproxy_config import EDGE, render_with_ray
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.fixture

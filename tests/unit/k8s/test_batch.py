@@ -26,7 +26,7 @@ from tests.support import small_manifest
 from tests.unit.k8s.s3_calls import RecordingS3, S3Request, allows
 from tests.unit.k8s.schema import validate_pod_template
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 # app.batch's interface: the only options a RayJob may pass it.
 BATCH_OPTIONS = {

@@ -26,7 +26,7 @@ from app.k8s.render import DEFAULT_OUT
 from tests.support import small_manifest
 from tests.unit.k8s.s3_calls import RecordingS3Client, S3Request, allows
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 # The roles of the cluster's pods: both load published versions, neither writes them.
 READER_POLICIES = ("serve-policy.json", "batch-policy.json")

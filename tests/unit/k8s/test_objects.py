@@ -18,7 +18,7 @@ from app.k8s.render import DASHBOARD_JSON, DEFAULT_OUT, LOCAL_SECRET_FILES
 from app.local.processes import PROJECT_ROOT
 from tests.unit.k8s.schema import KUBERNETES_VERSION, validate_pod_template
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 # The oldest Kubernetes the README's prerequisites name: schemas of that release.
 BUILT_IN = {"Namespace", "ServiceAccount", "ConfigMap", "Job"}

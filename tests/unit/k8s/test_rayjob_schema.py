@@ -20,7 +20,7 @@ from tests.unit.k8s.schema import (
     v1_schema,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 RAYJOB_CRD = "ray.io_rayjobs.yaml"
 UPSTREAM_BLOB = "c7d3f081af8cf08c256a8c33a0c3b6ea28b816a0"  # crds/README.md

@@ -10,7 +10,7 @@ import pytest
 
 from tests.unit.k8s.schema import broken_errors, check_group_rules, crd_validator, errors
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.fixture(scope="module")

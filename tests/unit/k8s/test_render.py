@@ -14,7 +14,7 @@ from app.config.serve_document import BUILDER_IMPORT_PATH, ROUTER_IMPORT_PATH
 from app.k8s.render import DEFAULT_CONFIG, DEFAULT_OUT, PROFILE_FILE, render, stale_files, write
 from app.local.processes import PROJECT_ROOT
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_committed_files_are_byte_identical_to_a_fresh_render(rendered):

@@ -15,7 +15,7 @@ from app.k8s.profile import ProductionProfile
 from app.k8s.render import DEFAULT_CONFIG
 from app.k8s.serve_config import ProductionConfigError, production_serve_config
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 LOCAL = yaml.safe_load(DEFAULT_CONFIG.read_text())
 

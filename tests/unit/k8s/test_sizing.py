@@ -12,7 +12,7 @@ from app.k8s.sizing import SizingError, check_worker_group, demands
 from app.local.serve_config import BUILDER_IMPORT_PATH
 from models import recipes
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def cpu(quantity: str) -> float:

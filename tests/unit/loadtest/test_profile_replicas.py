@@ -4,7 +4,7 @@ import pytest
 
 from loadtest.profile_replicas import RATE_HZ, layer_of, summarise
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 SERVE = "handle_request (ray/serve/_private/replica.py:100)"
 APP = "score (/work/app/serving/member_group.py:50)"

@@ -27,7 +27,7 @@ from loadtest.traffic import (
 )
 from models.population import player_id
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 GAME = "galaxy-raiders"
 N_PLAYERS = 10_000

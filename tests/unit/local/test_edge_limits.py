@@ -8,7 +8,7 @@ import yaml
 from app.local.processes import PROJECT_ROOT
 from app.local.serve_config import edge_config
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_the_shipped_config_queues_a_login_for_up_to_half_its_budget():

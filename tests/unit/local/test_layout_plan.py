@@ -9,7 +9,7 @@ from app.contract.manifest import load_manifest
 from app.local.cli import main
 from app.local.processes import PROJECT_ROOT
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def tiny_config(tmp_path, tiny_version_dir, layout):

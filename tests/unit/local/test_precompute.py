@@ -24,7 +24,7 @@ from app.local.processes import free_port
 from app.local.serve_config import ConfiguredApp
 from tests.conftest import TEST_GAME, TEST_VERSION
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def configured(tiny_version_dir, output, name="tiny", max_age_s=3600.0):

@@ -14,7 +14,7 @@ import pytest
 
 from app.local.ray_auth import auth_header, ensure_token, ray_auth_env, shell_exports
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_a_missing_token_is_made_owner_only_and_then_kept(tmp_path: Path):

@@ -8,7 +8,7 @@ import pytest
 from app.local.processes import free_port
 from app.local.ray_head import RayHead, RayHeadFailed
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_a_busy_metrics_port_is_refused_before_ray_starts(tmp_path: Path):

@@ -13,7 +13,7 @@ from sklearn.preprocessing import FunctionTransformer, SplineTransformer, Standa
 from app.adapters.onnx_members import onnxruntime
 from models.compile import NotCompilable, compile_member
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 WIDTH = 6
 

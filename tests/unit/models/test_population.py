@@ -19,7 +19,7 @@ from models.population import (
     purchase_probability,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 GAME = "galaxy-raiders"

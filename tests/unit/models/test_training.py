@@ -25,7 +25,7 @@ from models.evaluation import auc, ensemble_scores
 from models.features import feature_schema
 from models.train import ensure_trained, ensure_trained_all
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 GAME, VERSION, PROFILE = "galaxy-raiders", "2026-10", "tiny"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")

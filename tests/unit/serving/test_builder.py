@@ -24,7 +24,7 @@ from app.local.serve_config import (
 from app.serving.builder import ImpossibleConfig, build_app, build_router
 from models.train import ensure_trained
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 SHIPPED = [PROJECT_ROOT / "serve_config.yaml", PROJECT_ROOT / "serve_config.production-layout.yaml"]
 

@@ -9,7 +9,7 @@ import pytest
 
 from app.serving.logs import service_handlers
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 class Collect(logging.Handler):

@@ -17,7 +17,7 @@ from app.serving.member_layout import (
 )
 from tests.support import member
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def entry(name: str, cost: float | None) -> MemberEntry:

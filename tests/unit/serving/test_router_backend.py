@@ -24,7 +24,7 @@ from app.serving.router import (
     version_health,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 INGRESS = "supervisor"
 

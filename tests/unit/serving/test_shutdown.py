@@ -11,6 +11,7 @@ from app.serving.supervisor import Supervisor
 
 pytestmark = [
     pytest.mark.unit,
+    pytest.mark.untimed,
     # Serve's ingress wrapper makes __del__ async; when the garbage collector later calls it
     # on these test objects, Python warns that the coroutine was never awaited.
     pytest.mark.filterwarnings("ignore:coroutine .*__del__' was never awaited:RuntimeWarning"),

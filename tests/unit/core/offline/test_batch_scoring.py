@@ -6,7 +6,7 @@ from app.core.offers import OfferCatalog
 from app.core.offline.batch_scoring import BatchScorer
 from tests.support import small_manifest
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 class RowMember:

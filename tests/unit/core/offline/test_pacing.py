@@ -3,7 +3,7 @@ import pytest
 from app.core.offline.pacing import ReadPacer
 from tests.support import ManualClock
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 class Sleeper:

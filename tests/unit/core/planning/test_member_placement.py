@@ -8,7 +8,7 @@ import pytest
 
 from app.core.planning.member_placement import MemberCost, PlanInputs, logins_per_call, plan_layout
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def inputs(**changes) -> PlanInputs:

@@ -5,7 +5,7 @@ import pytest
 
 from app.core.routing.version_breaker import VersionBreaker
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 class Clock:

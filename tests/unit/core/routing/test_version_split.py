@@ -4,7 +4,7 @@ import pytest
 
 from app.core.routing.version_split import VersionSplit, player_point
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 GAME = "galaxy-raiders"
 PLAYERS = [f"p{i:07d}" for i in range(10_000)]

@@ -7,7 +7,7 @@ import pytest
 
 from loadtest.autoscaling.report import Sample, cost, phase_at, phases
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_cost_integrates_running_replicas_against_the_peak_all_day():

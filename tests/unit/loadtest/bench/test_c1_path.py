@@ -6,7 +6,7 @@ import pytest
 from loadtest.bench.c1_path import differences, only_replica, player_blocks
 from loadtest.harness.haproxy_admin import BackendServer
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_no_two_probes_share_a_player():

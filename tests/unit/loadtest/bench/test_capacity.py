@@ -5,7 +5,7 @@ import pytest
 from loadtest.bench.capacity import judge, step_search
 from loadtest.harness.locust_runner import LoadResult
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def result(*, p95=80.0, failures=0, total_rps=50.0, fallbacks=None):

@@ -6,7 +6,7 @@ import pytest
 from loadtest.bench.measure import _refusals_during
 from loadtest.harness.haproxy_admin import Refusals, RefusalsReading
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def readings(*values):

@@ -7,7 +7,7 @@ import pytest
 from loadtest.bench import report
 from loadtest.harness.results import spread
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def run(round_, max_rps, c1, rss, roles=None, cpu=10.0, **extra):

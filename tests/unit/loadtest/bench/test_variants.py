@@ -13,7 +13,7 @@ from loadtest.bench.variants import PRODUCTION, VARIANTS
 from loadtest.harness.systems import derived_serve_config
 from loadtest.harness.variant import ray_env
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 BASES = {

@@ -12,7 +12,7 @@ from loadtest.harness.haproxy_admin import (
 )
 from tests.unit.edge.test_haproxy_config import render_with_ray
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 # `show servers state http-galaxy-raiders-2026-11` from HAProxy 2.8 under Serve 2.60.
 STATE = """1

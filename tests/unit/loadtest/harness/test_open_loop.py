@@ -4,7 +4,7 @@ import pytest
 
 from loadtest.harness.open_loop import Shot, burst, constant_rate, run_client, summarize
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def shot(t, ms, status, personalized=True, reason=None, retry_after=None):

@@ -4,7 +4,7 @@ import pytest
 
 from loadtest.harness.resources import role
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 @pytest.mark.parametrize(

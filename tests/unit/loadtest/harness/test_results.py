@@ -10,7 +10,7 @@ import pytest
 
 from loadtest.harness.results import Study, results_folder, spread
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 def test_spread_is_median_min_max_of_the_rounds_that_measured_it():

@@ -8,7 +8,7 @@ import pytest
 from app.local.processes import free_port
 from loadtest.harness.systems import System, SystemFailed
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
 class NeverReady(System):

@@ -5,7 +5,7 @@ import pytest
 
 from loadtest.reliability.report import floor_for, target_rows
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 FLOORS = {"burst_200": 100.0, "burst_500": 250.0, "burst_1000": 450.0}
 
