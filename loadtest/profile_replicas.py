@@ -47,7 +47,9 @@ TABLE = "player-features-profile"
 RATE_HZ = 100
 # Innermost matching frame wins; the order only breaks ties within one frame.
 LAYERS = (
-    ("model compute", ("xgboost", "sklearn", "numpy", "scipy")),
+    # onnxruntime: the compiled members' runtime; a predict handed to the executor has no
+    # application frame between the thread pool's and Session.run.
+    ("model compute", ("onnxruntime", "xgboost", "sklearn", "numpy", "scipy")),
     ("DynamoDB client", ("botocore", "boto3", "urllib3")),
     ("application code", ("/app/",)),
     ("HTTP stack", ("uvicorn", "starlette", "fastapi", "h11", "httptools", "pydantic")),

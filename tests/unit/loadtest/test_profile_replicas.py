@@ -10,6 +10,8 @@ SERVE = "handle_request (ray/serve/_private/replica.py:100)"
 APP = "score (/work/app/serving/member_group.py:50)"
 XGB = "inplace_predict (xgboost/core.py:2500)"
 LOOP = "_run_once (asyncio/base_events.py:1900)"
+POOL = "_worker (concurrent/futures/thread.py:81)"
+ORT = "run (onnxruntime/capi/onnxruntime_inference_collection.py:406)"
 
 
 def test_innermost_known_frame_decides():
@@ -17,6 +19,10 @@ def test_innermost_known_frame_decides():
     assert layer_of(f"{LOOP};{SERVE};{APP}") == "application code"
     assert layer_of(f"{LOOP};{SERVE};<lambda> (somewhere.py:1)") == "Serve"
     assert layer_of("<module> (x.py:1)") == "other"
+    # A compiled member's predict, run straight by the thread pool: model compute, not the
+    # event loop's hand-off.
+    assert layer_of(f"{POOL};{ORT}") == "model compute"
+    assert layer_of(POOL) == "event loop"
 
 
 def test_summary_shares_and_cores():
