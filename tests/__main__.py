@@ -32,10 +32,14 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 BESIDE = "untimed and not ray_cluster"
 FOREGROUND = f"not ({BESIDE})"
 STOP_GRACE_S = 60.0
+INTERRUPTED = 130  # a shell's exit code after SIGINT; pytest's own is 2
 
 
 def _idle_class() -> None:
-    """Runs in the child before pytest starts (and is inherited by what it spawns)."""
+    """Runs in the child before pytest starts (and is inherited by what it spawns). SIGINT
+    back to its default too: a shell that starts `make test` in the background leaves it
+    ignored, and _stop() relies on it to run the fixtures' teardown."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):  # not Linux: the lowest niceness there is
@@ -72,6 +76,20 @@ def _train_test_versions() -> None:
     ensure_trained_all([(a.args.game, a.args.version, a.args.profile, root) for a in apps])
 
 
+def _wait_out(process: subprocess.Popen[bytes]) -> int:
+    """The process's exit code, or INTERRUPTED after a Ctrl-C: the terminal sent SIGINT to
+    the foreground pytest too, so it is waited for while its fixtures stop their clusters
+    (subprocess.call would give it up after 0.25 s and leave it tearing down alone)."""
+    interrupted = False
+    while True:
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            continue
+        return INTERRUPTED if interrupted else code
+
+
 def main(argv: list[str]) -> int:
     if argv:
         return subprocess.call(_pytest(*argv))
@@ -90,8 +108,8 @@ def main(argv: list[str]) -> int:
                 start_new_session=True,
             )
             try:
-                foreground = subprocess.call(_pytest("-m", FOREGROUND))
-                beside_rc = beside.wait()
+                foreground = _wait_out(subprocess.Popen(_pytest("-m", FOREGROUND)))
+                beside_rc = _wait_out(beside) if foreground != INTERRUPTED else INTERRUPTED
             finally:
                 _stop(beside)
         print(f"\n{'=' * 30} the tests beside the clusters (SCHED_IDLE) {'=' * 30}", flush=True)
