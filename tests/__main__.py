@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+from app.local.processes import PROJECT_ROOT, default_sigint
 
 BESIDE = "untimed and not ray_cluster"
 FOREGROUND = f"not ({BESIDE})"
@@ -39,7 +39,7 @@ def _idle_class() -> None:
     """Runs in the child before pytest starts (and is inherited by what it spawns). SIGINT
     back to its default too: a shell that starts `make test` in the background leaves it
     ignored, and _stop() relies on it to run the fixtures' teardown."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    default_sigint()
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError):  # not Linux: the lowest niceness there is
