@@ -62,7 +62,8 @@ class Logins:
     personalized: int = 0
     by_version: Counter[str] = field(default_factory=Counter)
     slowest_ms: float = 0.0
-    # (seconds since the release started, status or "none", ms it took) of each failure
+    # (seconds since the release started, status or "none" and why, ms it took) of each
+    # failure: a refusal's body names what refused it (the edge, the router, a supervisor)
     failures: list[tuple[float, str, float]] = field(default_factory=list)
     # the same for each 200 slower than SLOW_MS, naming the version that answered and how long
     # the login spent inside its supervisor (the rest is the hops and the router)
@@ -148,13 +149,15 @@ class GameRouteLoad:
                     self.logins.personalized += bool(body.get("personalized"))
                     self.logins.by_version[str(body.get("ensemble_version"))] += 1
                 status = str(response.status_code)
-            except requests.RequestException:
-                status = "none"
+                why = response.text[:300]
+            except requests.RequestException as exc:
+                status, why = "none", type(exc).__name__
                 self.logins.statuses[status] += 1
             took = time.monotonic() - started
             self.logins.slowest_ms = max(self.logins.slowest_ms, took * 1000)
             if status != "200":
-                self.logins.failures.append((started - self.origin, status, took * 1000))
+                failed = (started - self.origin, f"{status} {why}", took * 1000)
+                self.logins.failures.append(failed)
             elif took * 1000 > SLOW_MS:
                 inside = (body.get("timings") or {}).get("total_ms", 0.0)
                 answered = f"{body.get('ensemble_version')} ({inside:.0f} ms in its supervisor)"
