@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.local.ray_auth import ray_auth_env
 from loadtest.harness.resources import tree_cpu_seconds
 from loadtest.harness.results import Study, spread
@@ -171,7 +171,7 @@ async def measure_rounds(
 
 
 def run(args: argparse.Namespace) -> Path:
-    os.environ.update(SERVE_PROCESS_ENV)
+    os.environ.update(ray_node_env())
     os.environ.update(ray_auth_env())
     folder = STUDY.folder("hop")
     caller = deploy()

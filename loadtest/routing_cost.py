@@ -23,7 +23,7 @@ from typing import Any
 import requests
 import yaml
 
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.config.settings import get_settings
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> Path:
         )
         system = EnsembleSystem(
             folder / "serve.yaml", paths["routed"], port, folder / "serve.log",
-            {**SERVE_PROCESS_ENV, **edge_env(folder / "serve.yaml")}
+            {**ray_node_env(), **edge_env(folder / "serve.yaml")}
         )
         with system:
             for prefix in paths.values():  # the router is up before its versions may be

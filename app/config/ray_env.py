@@ -1,11 +1,14 @@
 """Environment for the processes that start Ray and Serve (`serve run`, `ray start`).
 
-It reaches the controller and the proxy, which an application's runtime_env env_vars do not.
-A plain `serve run serve_config.yaml` does not set it: export it first (the README says how;
-`make run`, the benchmarks, the reliability runner and the e2e test set it).
+It reaches the controller, the proxy and the raylet, which an application's runtime_env
+env_vars do not. A plain `serve run serve_config.yaml` does not set it: export it first (the
+README says how; `make run`, the benchmarks, the reliability runner, the e2e test and the
+k8s pods set it, through `ray_node_env`).
 """
 
 from __future__ import annotations
+
+import os
 
 SERVE_PROCESS_ENV: dict[str, str] = {
     # Serve's documented fast-path bundle: user code on the replica's event loop, buffered
@@ -29,3 +32,37 @@ SERVE_PROCESS_ENV: dict[str, str] = {
     # replica (2026-11-26). One thread is ample for HAProxy's share of a login's work.
     "RAY_SERVE_HAPROXY_NBTHREAD": "1",
 }
+
+# How many worker processes the node's raylet starts at once (Ray's default: one per CPU).
+# A worker starts at niceness 0, the raylet's (the interpreter, then `import ray`, twice when
+# it has a runtime_env: about 2 CPU-s on a 2-core host), and drops to Ray's worker niceness
+# only once it runs, while the serving replicas run at 19 (app.adapters.cpu_priority): a
+# starting worker then weighs 68 times a serving thread. With one start per core, a
+# `serve deploy` of a new version on a 2-core node took both cores from the replicas serving
+# the other versions for about a second: in the release walkthrough of tests/e2e a game-route
+# login was refused by the edge at budget + 100 ms in 3 runs of 3 (2026-11-27); starting one
+# at a time, 0 of 3, slowest login 584 and 922 ms. Half the node's cores start workers, the
+# other half keeps serving.
+WORKER_START_CONCURRENCY_ENV = "RAY_worker_maximum_startup_concurrency"
+
+
+def worker_start_concurrency(cores: float) -> int:
+    """Workers a node of `cores` cores starts at once: half of them, at least one."""
+    return max(1, int(cores // 2))
+
+
+def host_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def ray_node_env(cores: float | None = None) -> dict[str, str]:
+    """Where a Ray node starts: SERVE_PROCESS_ENV and the worker start-up bound of a node of
+    `cores` cores (by default, this host's)."""
+    node_cores = host_cores() if cores is None else cores
+    return {
+        **SERVE_PROCESS_ENV,
+        WORKER_START_CONCURRENCY_ENV: str(worker_start_concurrency(node_cores)),
+    }

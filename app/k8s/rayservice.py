@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from app.config.edge import EDGE_ENV
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.config.router_args import RouterAppArgs
 from app.config.serve_document import ROUTER_IMPORT_PATH, edge_config
 from app.k8s.dockerfile import EDGE_BINARY
@@ -200,7 +200,7 @@ def _pod(
 ) -> dict[str, Any]:
     """A RayService pod: Serve's process settings and the edge's limits in its environment,
     the API key's digest mounted from its Secret."""
-    env = [{"name": k, "value": v} for k, v in {**SERVE_PROCESS_ENV, **edge}.items()]
+    env = [{"name": k, "value": v} for k, v in {**ray_node_env(cpu), **edge}.items()]
     env.append(
         {"name": "OFFERS_API_KEY_SHA256_FILE", "value": f"{API_KEY_MOUNT}/{API_KEY_FILE_KEY}"}
     )

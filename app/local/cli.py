@@ -54,7 +54,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.adapters.model_store import ModelStore
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.config.settings import get_settings
 from app.contract.manifest import load_manifest
 from app.local import precompute
@@ -152,7 +152,7 @@ def run_local(
         seed(apps, dynalite.client(timeout_s=10.0), table, players)
         # Serve's process-level performance settings and the edge's admission (app.edge)
         # where Ray starts; the caller's environment wins.
-        env = {**SERVE_PROCESS_ENV, **edge_env(config), **os.environ}
+        env = {**ray_node_env(), **edge_env(config), **os.environ}
         head = RayHead(
             Path(sys.executable).parent,
             env,
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     if args.command == "ray-env":
-        serve_env = {**SERVE_PROCESS_ENV, **edge_env(args.config)} if args.config else {}
+        serve_env = {**ray_node_env(), **edge_env(args.config)} if args.config else {}
         print(shell_exports(extra=serve_env))
         return 0
     if args.command in ("publish", "versions"):

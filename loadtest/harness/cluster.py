@@ -21,7 +21,7 @@ import psutil
 import requests
 import yaml
 
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.local.processes import Managed, ProcessFailed, free_port
 from app.local.ray_auth import ray_auth_env
 from loadtest.harness.systems import BIN, ManagedProcess, SystemFailed
@@ -32,7 +32,7 @@ WORKER_RESOURCE = "reliability_worker"
 def cli_env() -> dict[str, str]:
     """Where the nodes start and what the CLI calls send: Serve's process settings, and the
     project's token (`ray start` makes none; the serve CLI sends it only when told to)."""
-    return {**os.environ, **SERVE_PROCESS_ENV, **ray_auth_env()}
+    return {**os.environ, **ray_node_env(), **ray_auth_env()}
 
 
 class LocalCluster(Managed):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 
 SHIPPED = "shipped"  # serve_config.yaml
 PRODUCTION = "production"  # serve_config.production-layout.yaml
@@ -26,7 +26,7 @@ class Variant:
     args: dict[str, Any] = field(default_factory=dict)
     # Replica settings (OFFERS_*), set in the application's runtime_env env_vars.
     replica_env: dict[str, str] = field(default_factory=dict)
-    # Ray / Serve process settings laid over SERVE_PROCESS_ENV; None removes a setting.
+    # Ray / Serve process settings laid over ray_node_env(); None removes a setting.
     ray_env: dict[str, str | None] = field(default_factory=dict)
     # True: clients call the supervisor replica's own HTTP port (Serve's direct ingress)
     # instead of the documented ingress on http_options.port.
@@ -38,7 +38,7 @@ class Variant:
 def ray_env(variant: Variant | None, edge: dict[str, str] | None = None) -> dict[str, str]:
     """The environment `serve run` starts Ray with for this variant (None: as shipped), with
     the config's edge settings (serve_config.edge_env) unless the variant turns them off."""
-    env = dict(SERVE_PROCESS_ENV)
+    env = ray_node_env()
     if edge and (variant is None or variant.edge):
         env.update(edge)
     for key, value in (variant.ray_env if variant else {}).items():

@@ -23,7 +23,7 @@ import requests
 import yaml
 
 from app.adapters.dynamodb import PARTITION_KEY, player_key
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.config.settings import Settings
 from app.contract.manifest import load_manifest
 from app.local.dynalite import Dynalite
@@ -53,7 +53,7 @@ def cli_env() -> dict[str, str]:
     """As the README deploys: Serve's process settings and the edge's admission where Ray
     starts, and the project's token (`ray start` makes none; the serve CLI sends it only when
     told to)."""
-    return {**SERVE_PROCESS_ENV, **edge_env(CONFIG), **os.environ, **ray_auth_env()}
+    return {**ray_node_env(), **edge_env(CONFIG), **os.environ, **ray_auth_env()}
 
 
 def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:

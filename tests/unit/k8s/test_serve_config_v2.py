@@ -162,13 +162,22 @@ def test_production_plans_its_layout_for_the_cluster_against_real_dynamodb_and_s
 
 
 def test_the_benchmarks_throughput_settings_reach_every_ray_container(rayservice):
-    from app.config.ray_env import SERVE_PROCESS_ENV
+    from app.config.ray_env import (
+        SERVE_PROCESS_ENV,
+        WORKER_START_CONCURRENCY_ENV,
+        worker_start_concurrency,
+    )
 
     cluster = rayservice["spec"]["rayClusterConfig"]
     pods = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
     for group in pods:
-        env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+        container = group["template"]["spec"]["containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
         assert SERVE_PROCESS_ENV.items() <= env.items()
+        # Each pod starts workers on half its own cores, not the renderer's host's.
+        limit = str(container["resources"]["limits"]["cpu"])
+        cores = float(limit[:-1]) / 1000 if limit.endswith("m") else float(limit)
+        assert env[WORKER_START_CONCURRENCY_ENV] == str(worker_start_concurrency(cores))
 
 
 def test_the_edge_on_every_pod_bounds_the_front_doors_only(rayservice, serve_config_v2):

@@ -6,7 +6,7 @@ import yaml
 
 from app.config.app_args import EnsembleAppArgs
 from app.config.edge import EDGE_ENV, EdgeConfig
-from app.config.ray_env import SERVE_PROCESS_ENV
+from app.config.ray_env import ray_node_env
 from app.local.processes import PROJECT_ROOT as ROOT
 from app.local.serve_config import edge_env
 from loadtest.bench.variants import PRODUCTION, VARIANTS
@@ -38,7 +38,7 @@ def derive(tmp_path, variant=None, base="shipped"):
 
 def test_the_shipped_config_runs_with_serves_process_settings_and_the_edge(tmp_path):
     document, prefix, env = derive(tmp_path)
-    assert env == {**SERVE_PROCESS_ENV, **edge_env(tmp_path / "derived.yaml")}
+    assert env == {**ray_node_env(), **edge_env(tmp_path / "derived.yaml")}
     edge = EdgeConfig.model_validate_json(env[EDGE_ENV])
     app_args = EnsembleAppArgs.model_validate(document["applications"][0]["args"])
     limits = edge.backends[document["applications"][0]["name"]]
