@@ -41,8 +41,8 @@ SERVE_PROCESS_ENV: dict[str, str] = {
 # `serve deploy` of a new version on a 2-core node took both cores from the replicas serving
 # the other versions for about a second: in the release walkthrough of tests/e2e a game-route
 # login was refused by the edge at budget + 100 ms in 3 runs of 3 (2026-11-27); starting one
-# at a time, 0 of 3, slowest login 584 and 922 ms. Half the node's cores start workers, the
-# other half keeps serving.
+# at a time, 0 of 3, slowest login 584 and 922 ms (the test alone; docs/runs/reliability.md,
+# K3, for the whole suite). Half the node's cores start workers, the other half keeps serving.
 WORKER_START_CONCURRENCY_ENV = "RAY_worker_maximum_startup_concurrency"
 
 
@@ -51,17 +51,10 @@ def worker_start_concurrency(cores: float) -> int:
     return max(1, int(cores // 2))
 
 
-def host_cores() -> int:
-    """The cores this process may run on (its affinity, where the OS tells it)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def ray_node_env(cores: float | None = None) -> dict[str, str]:
     """Where a Ray node starts: SERVE_PROCESS_ENV and the worker start-up bound of a node of
-    `cores` cores (by default, this host's)."""
-    node_cores = host_cores() if cores is None else cores
+    `cores` cores (by default, this host's, counted as Ray counts them for its own default)."""
+    node_cores = (os.cpu_count() or 1) if cores is None else cores
     return {
         **SERVE_PROCESS_ENV,
         WORKER_START_CONCURRENCY_ENV: str(worker_start_concurrency(node_cores)),
