@@ -615,10 +615,41 @@ def test_the_edge_refuses_in_c_while_every_replica_loop_is_stopped(deployed_clus
     assert post(app.route_prefix, player_id(1)).status_code == 200
 
 
+# The survivor of a killed supervisor takes every login alone while Serve starts its
+# replacement beside it (a Ray worker, its imports, the constructor: a CPU-second or more),
+# so the test offers a quarter of what the version's two replicas answer on this host now
+# (measured just before, callers sending back to back): half of what the survivor answers
+# alone, the other half left to the replacement's start. At most 20 logins/s, what a quiet
+# 2-core host gets. A fixed 20/s held only there: with this host's processes held to one
+# core of cgroup quota (twice slower, 2026-11-27), 33 and 36 of 160 logins were refused,
+# most at HAProxy's 1.1 s answer timeout (docs/runs/reliability.md, S).
+KILL_TEST_SHARE_OF_MEASURED = 1 / 4
+KILL_TEST_MAX_RATE = 20.0
+KILL_TEST_SECONDS = 8.0
+KILL_TEST_CALLERS = 8
+
+
+def answered_per_s(prefix: str, game: str, callers: int, seconds: float = 3.0) -> float:
+    """Logins per second the version answers 200 to `callers` sending back to back, on this
+    host now: its capacity, members' scoring and the edge included."""
+    import asyncio
+
+    from loadtest.harness.open_loop import Caller, closed_loop, random_players
+
+    shots = asyncio.run(
+        closed_loop(Caller(f"{HTTP_BASE}{prefix}", game), callers, seconds, random_players(PLAYERS))
+    )
+    answered = [s for s in shots if s.status == 200]
+    assert len(answered) >= 10, f"the version answers: {shots[:5]}"
+    return len(answered) / seconds
+
+
 def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed_cluster):
     """Open-loop logins through the shipped ingress (HAProxy) while one of the two supervisor
     replicas is SIGKILLed: logins caught on it are replayed on the other (offers are
-    idempotent reads), so every login gets an answer and none is a 5xx."""
+    idempotent reads), so every login gets an answer and none is a 5xx. The rate is one the
+    survivor can carry while its replacement starts beside it, measured on this host (the
+    constants above): a slower host gets fewer logins per second, never a looser check."""
     import asyncio
     import signal as signals
 
@@ -631,18 +662,21 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
     # One of two live replicas dies, as the test says: HAProxy must be sending to both. After
     # the previous test stopped them, its health checks bring them back UP within seconds.
     wait_both_up(app.name)
+    capacity = answered_per_s(app.route_prefix, app.args.game, KILL_TEST_CALLERS)
+    rate = min(KILL_TEST_MAX_RATE, KILL_TEST_SHARE_OF_MEASURED * capacity)
+    schedule = constant_rate(rate, KILL_TEST_SECONDS)
+    print(f"answered {capacity:.0f}/s: {rate:.1f} logins/s, {len(schedule)} logins")
+    wait_both_up(app.name)
 
     async def load_with_kill():
         caller = Caller(f"{HTTP_BASE}{app.route_prefix}", app.args.game)
-        load = asyncio.ensure_future(
-            open_loop(caller, constant_rate(20, 8), random_players(PLAYERS))
-        )
+        load = asyncio.ensure_future(open_loop(caller, schedule, random_players(PLAYERS)))
         await asyncio.sleep(3)
         victims[0].send_signal(signals.SIGKILL)
         return await load
 
     shots = asyncio.run(load_with_kill())
-    assert len(shots) == 160
+    assert len(shots) == len(schedule)
     assert [s for s in shots if s.status is None] == []
     assert [s for s in shots if s.status != 200] == []
 
