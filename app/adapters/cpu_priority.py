@@ -13,13 +13,28 @@ and 15, more still), and the replicas still take every cycle nobody else wants.
 
 Linux keeps a niceness per thread: each thread listed in /proc/self/task is set, and threads
 started later inherit it from the thread that starts them. Only ever raised, never lowered.
+
+That leaves a replica's start. Its worker process starts at the raylet's niceness, 0: the
+interpreter and `import ray` (about a CPU-second), then the replica's own imports at Ray's
+15, until its constructor calls give_way. While a replacement started beside the replicas
+serving at 19, it outranked them 68 to 1: on a host twice slower than a quiet one, a killed
+supervisor's survivor waited on the run queue 2-4 times as long as it ran while its
+replacement started, and the logins it held were refused at HAProxy's answer timeout
+(2026-11-27, docs/runs/reliability.md, S). `start_niced` starts the worker itself under
+`nice` (a runtime_env's py_executable), so every thread of a replica runs at its niceness
+from its first instruction. Only Ray's own `setup_worker.py`, which execs it, still runs
+at 0.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -47,3 +62,15 @@ def give_way(niceness: int, tasks: Path = TASKS) -> int:
             # refuse the call: an optional tweak must never stop a replica from starting.
             logger.warning("could not raise thread %d to niceness %d: %s", tid, niceness, exc)
     return raised
+
+
+def start_niced(niceness: int, python: str | None = None) -> dict[str, Any]:
+    """The runtime_env (Ray's `py_executable`) that starts a replica's worker under `nice` at
+    `niceness`, with `python` (default: this interpreter, the node's). Empty when there is
+    nothing to raise or no `nice` on this host: the replica then starts as Ray starts it and
+    gives way in its constructor only."""
+    nice = shutil.which("nice")
+    if niceness <= 0 or nice is None:
+        return {}
+    interpreter = python or sys.executable
+    return {"py_executable": f"{shlex.quote(nice)} -n {niceness} {shlex.quote(interpreter)}"}

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import ray
 from ray.serve import Application, Deployment
 from ray.serve.config import BackpressureConfig
 
+from app.adapters.cpu_priority import start_niced
 from app.adapters.model_store import local_version
 from app.config.app_args import EnsembleAppArgs, MemberGroupConfig
 from app.config.router_args import RouterAppArgs
+from app.config.settings import get_settings
 from app.contract import deployments
 from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
 from app.serving.member_group import MemberGroupDeployment
@@ -66,8 +69,10 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
     deployments = {
         group.deployment: _deployment(MemberGroupDeployment)
         .options(
-            **args.members.updated(args.member_deployments.get(group.deployment, {})).to_options(
-                group.deployment
+            **niced(
+                args.members.updated(args.member_deployments.get(group.deployment, {})).to_options(
+                    group.deployment
+                )
             ),
             user_config=member_config,
         )
@@ -75,7 +80,7 @@ def build_app(args: dict[str, Any] | EnsembleAppArgs) -> Application:
         for group in placed.groups
     }
     supervisor = _deployment(Supervisor).options(
-        **args.supervisor.to_options(SUPERVISOR_DEPLOYMENT),
+        **niced(args.supervisor.to_options(SUPERVISOR_DEPLOYMENT)),
         # Overload is an explicit, retryable answer: 503 + Retry-After. The supervisor's own
         # admission gate (args.admission) refuses first; this is Serve's backstop behind it.
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
@@ -109,7 +114,7 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
     deployment's user_config ({"weights": {...}}) overrides the args' weights."""
     args = RouterAppArgs.model_validate(args)
     router = _deployment(VersionRouter).options(
-        **args.router.to_options(ROUTER_DEPLOYMENT),
+        **niced(args.router.to_options(ROUTER_DEPLOYMENT)),
         backpressure_config=BackpressureConfig(status_code=503, retry_after_s=args.retry_after_s),
         user_config={},
     )
@@ -124,6 +129,43 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
     )
     app: Application = router.bind(config)
     return app
+
+
+def niced(options: dict[str, Any]) -> dict[str, Any]:
+    """A deployment's Serve options with its replicas started at their niceness from the
+    first instruction (app.adapters.cpu_priority.start_niced): a replacement starting beside
+    serving replicas never outranks them.
+
+    Serve gives a deployment the application's runtime_env (the config's `env_vars`: the
+    DynamoDB endpoint, the credentials) only when its code sets none, so this one starts from
+    the application's: the runtime_env the build runs with, where Serve reads its default.
+    And it always holds `env_vars`, if empty: a `serve deploy` that overrides a deployment's
+    options (its `user_config`) merges the application's runtime_env into it again, adding
+    that key, and a runtime_env that changed replaces every replica of the deployment."""
+    runtime_env = start_niced(get_settings().replica_niceness)
+    if not runtime_env:
+        return options
+    application = application_runtime_env()
+    actor = options.get("ray_actor_options", {})
+    return {
+        **options,
+        "ray_actor_options": {
+            **actor,
+            "runtime_env": {
+                **application,
+                "env_vars": dict(application.get("env_vars") or {}),
+                **runtime_env,
+            },
+        },
+    }
+
+
+def application_runtime_env() -> dict[str, Any]:
+    """The runtime_env of the application being built (its Serve config's), or none outside
+    a Ray worker (a build in a test)."""
+    if not ray.is_initialized():
+        return {}
+    return dict(ray.get_runtime_context().runtime_env)
 
 
 def _deployment(decorated: object) -> Deployment:

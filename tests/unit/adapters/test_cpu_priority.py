@@ -7,13 +7,14 @@ again without privilege, so the test process itself is never touched.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from app.adapters.cpu_priority import give_way
+from app.adapters.cpu_priority import give_way, start_niced
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -93,3 +94,27 @@ def test_a_thread_that_ended_or_a_refused_call_never_stops_the_replica(
     assert [r.getMessage() for r in caplog.records] == [
         "could not raise thread 102 to niceness 19: [Errno 38] Function not implemented"
     ]
+
+
+@pytest.mark.skipif(shutil.which("nice") is None, reason="needs the `nice` command")
+def test_a_worker_started_niced_runs_at_the_niceness_from_its_first_line():
+    """The runtime_env start_niced gives is what Ray runs: `exec <py_executable> <worker>` in
+    bash (ray._private.runtime_env.context). The started interpreter reports its niceness
+    before any code of its own could raise it."""
+    runtime_env = start_niced(17, python=sys.executable)
+    command = f"exec {runtime_env['py_executable']} -c 'import os; print(os.nice(0))'"
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == 17
+
+
+def test_nothing_to_raise_or_no_nice_command_starts_the_worker_as_ray_does(monkeypatch):
+    assert start_niced(0) == {}
+    monkeypatch.setattr("app.adapters.cpu_priority.shutil.which", lambda _name: None)
+    assert start_niced(19) == {}
+
+
+def test_paths_with_spaces_are_quoted_for_the_shell(monkeypatch):
+    monkeypatch.setattr("app.adapters.cpu_priority.shutil.which", lambda _name: "/usr/bin/nice")
+    assert start_niced(19, python="/opt/my env/bin/python") == {
+        "py_executable": "/usr/bin/nice -n 19 '/opt/my env/bin/python'"
+    }

@@ -10,6 +10,7 @@ import yaml
 from ray.serve._private.build_app import build_app as serve_build
 from ray.serve.schema import ServeDeploySchema
 
+from app.adapters.cpu_priority import start_niced
 from app.config.app_args import MemberLayout
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
@@ -21,7 +22,7 @@ from app.local.serve_config import (
     check_deployment_overrides,
     configured_apps,
 )
-from app.serving.builder import ImpossibleConfig, build_app, build_router
+from app.serving.builder import ImpossibleConfig, build_app, build_router, niced
 from models.train import ensure_trained
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
@@ -35,6 +36,15 @@ def deployments(app_args) -> dict[str, object]:
         build_app(app_args), name="test-app", make_deployment_handle=lambda d, app: object()
     )
     return {d.name: d for d in built.deployments}
+
+
+def started_niced() -> dict[str, object]:
+    """The runtime_env every replica of the service starts with, built outside Ray (no
+    application runtime_env to start from)."""
+    niceness = Settings().replica_niceness
+    runtime_env = {"env_vars": {}, **start_niced(niceness)}
+    assert str(runtime_env["py_executable"]).split()[1:3] == ["-n", str(niceness)]
+    return runtime_env
 
 
 def checkout_apps(path: Path) -> list[ConfiguredApp]:
@@ -81,6 +91,9 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
                 assert (view["placement"] == "inline") == (name in config.inline), view
                 assert view["reason"]
         assert supervisor.ray_actor_options["num_cpus"] == app.args.supervisor.num_cpus
+        # Every replica starts at its niceness (app.adapters.cpu_priority.start_niced).
+        for name, deployment in built.items():
+            assert deployment.ray_actor_options["runtime_env"] == started_niced(), name
         assert supervisor.max_ongoing_requests == app.args.supervisor.max_ongoing_requests
     # Every router application routes to versions this config deploys, and builds.
     served = {app.name for app in apps}
@@ -93,6 +106,7 @@ def test_shipped_configs_pass_serve_schema_and_build(path: Path, standard_models
             build_router(args), name=entry["name"], make_deployment_handle=lambda d, a: object()
         )
         assert [d.name for d in built.deployments] == ["router"]
+        assert built.deployments[0].ray_actor_options["runtime_env"] == started_niced()
         # A login waits for a version's slot in the router within the edge's queue timeout.
         [config] = built.deployments[0].init_args
         assert config.queue_timeout_ms == args.admission.queue_timeout_ms(args.request_budget_ms)
@@ -163,3 +177,30 @@ def test_a_version_of_another_profile_is_refused_at_build(standard_models, tmp_p
     with pytest.raises(ValueError, match="of profile 'standard', not .* of 'tiny'"):
         build_app(mislabelled)
     build_app(app.args)  # the same folder under its own profile builds
+
+
+@pytest.mark.parametrize(
+    "application",
+    [
+        {"env_vars": {"OFFERS_DYNAMODB_TABLE": "t", "AWS_ACCESS_KEY_ID": "local"}},
+        {},  # a router application: no runtime_env in its config
+    ],
+    ids=["with-env-vars", "none"],
+)
+def test_a_niced_deployment_keeps_the_applications_runtime_env_and_survives_a_redeploy(
+    monkeypatch, application
+) -> None:
+    """Serve hands a deployment the application's runtime_env only when its code sets none,
+    so the niced start carries it itself (or the replicas would start without their DynamoDB
+    endpoint and credentials). A `serve deploy` that overrides the deployment's options
+    merges the application's runtime_env into it again with Serve's own function: the result
+    must be the same runtime_env, or Serve replaces every replica (a live knob change)."""
+    from ray.serve._private.utils import override_runtime_envs_except_env_vars
+
+    monkeypatch.setattr("app.serving.builder.application_runtime_env", lambda: application)
+    options = niced({"name": "supervisor", "ray_actor_options": {"num_cpus": 0.2}})
+    runtime_env = options["ray_actor_options"]["runtime_env"]
+    assert options["ray_actor_options"]["num_cpus"] == 0.2
+    assert runtime_env["env_vars"] == application.get("env_vars", {})
+    assert runtime_env["py_executable"] == start_niced(Settings().replica_niceness)["py_executable"]
+    assert override_runtime_envs_except_env_vars(application, runtime_env) == runtime_env
