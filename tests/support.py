@@ -1,4 +1,5 @@
-"""Hand-built schemas, manifests and fakes for tests that need no trained artifacts."""
+"""Hand-built schemas, manifests and fakes for tests that need no trained artifacts, and the
+few helpers the cluster tests share (waiting on the service, measuring what it answers)."""
 
 from __future__ import annotations
 
@@ -155,3 +156,20 @@ def write_rewritten(result: Any, folder: Path, name: str = "rewritten.cfg") -> P
     config = folder / name
     config.write_text(result.text)
     return config
+
+
+def answered_per_s(
+    base_url: str, game: str, players: int, callers: int, seconds: float = 3.0
+) -> float:
+    """Logins per second an application answers 200 to `callers` sending back to back, on
+    this host now: its capacity, members' scoring and the edge included. A test that runs
+    load beside a fault offers a share of it, so a slower host gets fewer logins per second,
+    never a looser check."""
+    from loadtest.harness.open_loop import Caller, closed_loop, random_players
+
+    shots = asyncio.run(
+        closed_loop(Caller(base_url, game), callers, seconds, random_players(players))
+    )
+    answered = [s for s in shots if s.status == 200]
+    assert len(answered) >= 10, f"the application answers: {shots[:5]}"
+    return len(answered) / seconds

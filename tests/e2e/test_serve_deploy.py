@@ -37,7 +37,7 @@ from loadtest.harness.systems import BIN, ManagedProcess, run_cli
 from loadtest.release_walkthrough import replica_pids
 from models.population import player_id
 from models.train import ensure_trained_all
-from tests.support import wait_until
+from tests.support import answered_per_s, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -629,21 +629,6 @@ KILL_TEST_SECONDS = 8.0
 KILL_TEST_CALLERS = 8
 
 
-def answered_per_s(prefix: str, game: str, callers: int, seconds: float = 3.0) -> float:
-    """Logins per second the version answers 200 to `callers` sending back to back, on this
-    host now: its capacity, members' scoring and the edge included."""
-    import asyncio
-
-    from loadtest.harness.open_loop import Caller, closed_loop, random_players
-
-    shots = asyncio.run(
-        closed_loop(Caller(f"{HTTP_BASE}{prefix}", game), callers, seconds, random_players(PLAYERS))
-    )
-    answered = [s for s in shots if s.status == 200]
-    assert len(answered) >= 10, f"the version answers: {shots[:5]}"
-    return len(answered) / seconds
-
-
 def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed_cluster):
     """Open-loop logins through the shipped ingress (HAProxy) while one of the two supervisor
     replicas is SIGKILLed: logins caught on it are replayed on the other (offers are
@@ -662,7 +647,9 @@ def test_a_killed_supervisor_replica_costs_no_error_and_no_lost_request(deployed
     # One of two live replicas dies, as the test says: HAProxy must be sending to both. After
     # the previous test stopped them, its health checks bring them back UP within seconds.
     wait_both_up(app.name)
-    capacity = answered_per_s(app.route_prefix, app.args.game, KILL_TEST_CALLERS)
+    capacity = answered_per_s(
+        f"{HTTP_BASE}{app.route_prefix}", app.args.game, PLAYERS, KILL_TEST_CALLERS
+    )
     rate = min(KILL_TEST_MAX_RATE, KILL_TEST_SHARE_OF_MEASURED * capacity)
     schedule = constant_rate(rate, KILL_TEST_SECONDS)
     print(f"answered {capacity:.0f}/s: {rate:.1f} logins/s, {len(schedule)} logins")
@@ -758,14 +745,16 @@ def test_a_version_is_released_through_the_store_while_the_game_route_serves(
     # The cluster as it was, for the tests that follow.
     cli("serve", "deploy", str(deployed), "--address", DASHBOARD)
     wait_until(
-        lambda: "2026-12"
-        not in {
-            v["version"]
-            for v in requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()[
-                "versions"
-            ]
-        }
-        or None,
+        lambda: (
+            "2026-12"
+            not in {
+                v["version"]
+                for v in requests.get(f"{HTTP_BASE}{GAME_PREFIX}/v1/split", timeout=10).json()[
+                    "versions"
+                ]
+            }
+            or None
+        ),
         "the router back to the config's versions",
     )
 
