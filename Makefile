@@ -17,10 +17,9 @@ PROFILE ?= standard
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
-$(PY_STAMP): pyproject.toml constraints.txt
+$(PY_STAMP): pyproject.toml constraints.txt tools/install_deps.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python tools/install_deps.py
 	@touch $@
 
 $(NODE_STAMP): package.json package-lock.json
@@ -100,6 +99,6 @@ k8s: setup
 
 # ruff everywhere; mypy --strict on the service package; the layer rules (import-linter).
 lint: setup
-	$(BIN)/ruff check app models loadtest tests
+	$(BIN)/ruff check app models loadtest tests tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
