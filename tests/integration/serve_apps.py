@@ -97,7 +97,14 @@ def app_config(
     }
 
 
-def wait_running(name: str, timeout_s: float = 120.0) -> None:
+# How long an application may take to come up: a setup wait, not a figure any test judges.
+# Four applications deployed at once (test_member_placement) took more than 120 s in a slow
+# hour of a clean-clone CI run (2026-11-28): their build tasks' workers started after 30 s,
+# and each replica's worker ~70 s after it was scheduled, two at a time.
+DEPLOY_TIMEOUT_S = 300.0
+
+
+def wait_running(name: str, timeout_s: float = DEPLOY_TIMEOUT_S) -> None:
     """Until the application is RUNNING after the config just applied (applying it marks the
     application DEPLOYING at once, so a RUNNING read afterwards is the new config's)."""
     from ray import serve
