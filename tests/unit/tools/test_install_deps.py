@@ -38,6 +38,9 @@ def test_every_index_pip_knows_is_given_to_uv_and_every_index_is_searched():
     # pip takes the best version from all indexes; uv's default would stop at the first
     # index that lists a package (a local one holding other versions of it).
     assert options(args, "--index-strategy") == ["unsafe-best-match"]
+    # Bytecode at install, as pip writes it: no process may be left to compile Ray from
+    # source at every start (PYTHONDONTWRITEBYTECODE).
+    assert "--compile-bytecode" in args
     # The machine's caps and the project's pins, then the project itself, editable.
     assert options(args, "-c") == ["/etc/xdg/pip/constraints.txt", PROJECT[0]]
     assert options(args, "-e") == [PROJECT[1]]
