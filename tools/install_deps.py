@@ -34,17 +34,21 @@ def pip(python: str, *args: str) -> list[str]:
 
 
 def pip_settings(python: str) -> dict[str, str]:
-    """pip's effective settings (`pip config list`: its config files, then PIP_* variables,
-    the later winning, as pip applies them), by option name."""
+    """pip's effective settings, by option name: its config files' (`pip config list`), then
+    its PIP_* variables (listed as `:env:.<name>`) over them, as pip applies them. The
+    variables win whatever the listing's order, which differs between pip releases (23.2
+    lists them first, 26.3 last)."""
     listed = subprocess.run(
         pip(python, "config", "list"), capture_output=True, text=True, check=False
     ).stdout
-    settings: dict[str, str] = {}
+    files: dict[str, str] = {}
+    variables: dict[str, str] = {}
     for line in listed.splitlines():
         key, sep, value = line.partition("=")
         if sep:
-            settings[key.rpartition(".")[2]] = value.strip().strip("'\"")
-    return settings
+            section, _, name = key.rpartition(".")
+            (variables if section == ":env:" else files)[name] = value.strip().strip("'\"")
+    return {**files, **variables}
 
 
 def uv_command(uv: Path, python: str, settings: dict[str, str]) -> tuple[list[str], dict[str, str]]:
