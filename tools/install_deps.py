@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # uv itself, pinned like everything else (it only installs; nothing imports it).
 UV_REQUIREMENT = "uv==0.13.9"
-PROJECT = [str(ROOT / "constraints.txt"), ".[dev,bench]"]
+CONSTRAINTS = str(ROOT / "constraints.txt")  # the whole resolved tree, pinned
+EDITABLE = ".[dev,bench]"  # the project itself, with its test and load-test extras
 
 
 def pip(python: str, *args: str) -> list[str]:
@@ -68,7 +69,7 @@ def uv_command(uv: Path, python: str, settings: dict[str, str]) -> tuple[list[st
         args += ["--find-links", location]
     for constraints in settings.get("constraint", "").split():
         args += ["-c", constraints]
-    args += ["-c", PROJECT[0], "-e", PROJECT[1]]
+    args += ["-c", CONSTRAINTS, "-e", EDITABLE]
     env = dict(os.environ)
     if settings.get("cert") and "SSL_CERT_FILE" not in env:
         env["SSL_CERT_FILE"] = settings["cert"]
@@ -95,7 +96,7 @@ def with_uv(python: str) -> str | None:
 def with_pip(python: str) -> int:
     subprocess.run(pip(python, "install", "--quiet", "--upgrade", "pip"), check=False)
     return subprocess.run(
-        pip(python, "install", "--quiet", "-c", PROJECT[0], "-e", PROJECT[1]), cwd=ROOT
+        pip(python, "install", "--quiet", "-c", CONSTRAINTS, "-e", EDITABLE), cwd=ROOT
     ).returncode
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.install_deps import PROJECT, pip_settings, uv_command
+from tools.install_deps import CONSTRAINTS, EDITABLE, pip_settings, uv_command
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -42,15 +42,15 @@ def test_every_index_pip_knows_is_given_to_uv_and_every_index_is_searched():
     # source at every start (PYTHONDONTWRITEBYTECODE).
     assert "--compile-bytecode" in args
     # The machine's caps and the project's pins, then the project itself, editable.
-    assert options(args, "-c") == ["/etc/xdg/pip/constraints.txt", PROJECT[0]]
-    assert options(args, "-e") == [PROJECT[1]]
+    assert options(args, "-c") == ["/etc/xdg/pip/constraints.txt", CONSTRAINTS]
+    assert options(args, "-e") == [EDITABLE]
 
 
 def test_no_settings_means_uvs_defaults_and_the_project_pins_only():
     args, _ = uv_command(UV, "/venv/bin/python", {})
     for flag in ("--index-url", "--extra-index-url", "--find-links"):
         assert flag not in args
-    assert options(args, "-c") == [PROJECT[0]]
+    assert options(args, "-c") == [CONSTRAINTS]
 
 
 def test_pips_ca_bundle_and_timeout_reach_uv_unless_the_environment_sets_them(monkeypatch):
