@@ -19,11 +19,11 @@ from pathlib import Path
 
 import psutil
 import requests
-import yaml
 
 from app.config.ray_env import ray_node_env
 from app.local.processes import Managed, ProcessFailed, free_port
 from app.local.ray_auth import ray_auth_env
+from loadtest.harness import serve_status
 from loadtest.harness.systems import BIN, ManagedProcess, SystemFailed
 
 WORKER_RESOURCE = "reliability_worker"
@@ -155,15 +155,10 @@ class LocalCluster(Managed):
         result = self.cli("serve", "deploy", str(config))
         if result.returncode != 0:
             raise SystemFailed(f"serve deploy failed:\n{result.stderr[-3000:]}")
-        deadline = time.monotonic() + timeout_s
-        while True:
-            status = yaml.safe_load(self.cli("serve", "status").stdout or "{}") or {}
-            states = {a: (status.get("applications", {}).get(a) or {}).get("status") for a in apps}
-            if all(s == "RUNNING" for s in states.values()):
-                return
-            if any(s == "DEPLOY_FAILED" for s in states.values()) or time.monotonic() > deadline:
-                raise SystemFailed(f"deploy did not reach RUNNING: {states}")
-            time.sleep(2)
+        try:
+            serve_status.wait_running(self.dashboard, apps, timeout_s)
+        except (serve_status.DeployFailed, TimeoutError) as exc:
+            raise SystemFailed(f"deploy did not reach RUNNING: {exc}") from exc
 
     def worker_replicas(self) -> list[str]:
         """Names of the Serve replica processes running on the worker node."""

@@ -32,6 +32,7 @@ from app.local.publishing import local_model_store
 from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, local_endpoint, local_store
+from loadtest.harness import serve_status
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.systems import BIN, ManagedProcess, run_cli
 from loadtest.release_walkthrough import replica_pids
@@ -167,19 +168,13 @@ def _wait_for_dashboard(ray: ManagedProcess, timeout_s: float = 120) -> None:
 
 
 def _wait_running(names: list[str], timeout_s: float = 600) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        result = cli("serve", "status", "--address", DASHBOARD, check=False)
-        status = yaml.safe_load(result.stdout or "{}") or {}
-        apps = status.get("applications") or {}
-        states = {name: (apps.get(name) or {}).get("status") for name in names}
-        if all(state == "RUNNING" for state in states.values()):
-            return status
-        if any(state == "DEPLOY_FAILED" for state in states.values()):
-            pytest.fail(f"deploy failed:\n{result.stdout}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"not RUNNING after {timeout_s}s: {states}\n{result.stdout}")
-        time.sleep(2)
+    """`serve status` once every named application is RUNNING. The wait reads the REST API
+    the CLI reads: a CLI call every 2 s held about a core away from the replicas starting."""
+    try:
+        serve_status.wait_running(DASHBOARD, names, timeout_s)
+    except (serve_status.DeployFailed, TimeoutError) as exc:
+        pytest.fail(str(exc))
+    return yaml.safe_load(cli("serve", "status", "--address", DASHBOARD).stdout or "{}") or {}
 
 
 def post(prefix: str, pid: str, **kwargs) -> requests.Response:
@@ -790,11 +785,15 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
     cli("serve", "deploy", str(path), "--address", DASHBOARD)
 
     def failed() -> str | None:
-        status = yaml.safe_load(cli("serve", "status", "--address", DASHBOARD).stdout) or {}
-        app = (status.get("applications") or {}).get("tampered-check") or {}
-        return app.get("message") if app.get("status") == "DEPLOY_FAILED" else None
+        status, message = serve_status.statuses(DASHBOARD).get("tampered-check", ("", ""))
+        return message if status == serve_status.DEPLOY_FAILED else None
 
-    message = wait_until(failed, "tampered-check DEPLOY_FAILED", timeout_s=120)
+    wait_until(failed, "tampered-check DEPLOY_FAILED", timeout_s=120)
+    # What the operator reads: `serve status`.
+    status = yaml.safe_load(cli("serve", "status", "--address", DASHBOARD).stdout) or {}
+    app = (status.get("applications") or {}).get("tampered-check") or {}
+    assert app.get("status") == "DEPLOY_FAILED", app
+    message = app.get("message", "")
     assert entry.artifact in message and entry.sha256 in message, message
     assert hashlib.sha256(b"tampered").hexdigest() in message, message
     for app in apps:

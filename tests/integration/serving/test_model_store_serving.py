@@ -20,6 +20,12 @@ pytestmark = pytest.mark.integration
 NAME, PREFIX = "from-store", "/from-store"
 
 
+def store_args(tiny_version_dir, store: ModelStore) -> dict:
+    """Planned: every tiny member inline, so one replica (the supervisor) loads the whole
+    version from the node cache, instead of five replicas starting."""
+    return app_args(tiny_version_dir, artifacts=store.uri, layout="auto")
+
+
 def published(s3_server, tiny_version_dir, prefix: str) -> ModelStore:
     store = ModelStore(s3_server.client(), f"s3://{STORE_BUCKET}/{prefix}")
     store.publish(tiny_version_dir)
@@ -30,7 +36,7 @@ def test_replicas_load_a_published_version_through_the_node_cache(
     serve_app, s3_server, model_cache_dir, tiny_version_dir
 ):
     store = published(s3_server, tiny_version_dir, "serving")
-    deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
+    deploy(store_args(tiny_version_dir, store), name=NAME, route_prefix=PREFIX)
     try:
         base = serve_app.replace(f"/{TEST_GAME}/{TEST_VERSION}", PREFIX)
         for i in range(5):
@@ -56,7 +62,7 @@ def test_a_version_tampered_with_in_the_store_is_refused_before_it_loads(
     s3_server.client().put_object(Bucket=STORE_BUCKET, Key=key, Body=b"tampered")
     # The cluster builds the application, into a cache folder of this prefix: empty.
     with pytest.raises(DeployFailed) as refused:
-        deploy(app_args(tiny_version_dir, artifacts=store.uri), name=NAME, route_prefix=PREFIX)
+        deploy(store_args(tiny_version_dir, store), name=NAME, route_prefix=PREFIX)
     message = str(refused.value)
     assert ArtifactIntegrityError.__name__ in message
     assert entry.artifact in message and entry.sha256 in message

@@ -30,10 +30,12 @@ NATIVE_APP = "parity-native"
 
 @pytest.fixture(scope="module")
 def native_app(serve_app, tiny_version_dir):
-    """The integration application with `runtime: native`, beside the shipped one."""
+    """The integration application with `runtime: native`, beside the shipped one. Planned
+    (every tiny member inline: one replica to start, not five); where a member is scored
+    never changes its answer (test_member_placement)."""
     base = serve_app.rsplit("/", 2)[0]  # http://host:port
-    deploy(app_args(tiny_version_dir, runtime="native"), name=NATIVE_APP,
-           route_prefix=f"/{NATIVE_APP}")  # fmt: skip
+    args = app_args(tiny_version_dir, runtime="native", layout="auto")
+    deploy(args, name=NATIVE_APP, route_prefix=f"/{NATIVE_APP}")
     try:
         yield f"{base}/{NATIVE_APP}"
     finally:
