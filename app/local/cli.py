@@ -47,6 +47,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -139,46 +140,62 @@ def run_local(
     metrics_port: int = METRICS_PORT,
     dashboard_port: int = DASHBOARD_PORT,
 ) -> int:
+    """Trains (or finds) the served versions while dynalite, its seed and the Ray head start:
+    none of those needs a model, and training is the longest step of a fresh machine's first
+    run (two standard versions, one per core, ~55 s here). Then the model store, the versions
+    published into it, and `serve run` in the foreground. A ConfigError (an override naming
+    no deployment of the plan) is raised once training has found it, everything stopped."""
     host, port, table = endpoint
     LOCAL_STATE.mkdir(exist_ok=True)
     dynalite = Dynalite(
         port, LOCAL_STATE / "dynalite", host=host, log_path=LOCAL_STATE / "dynalite.log"
     )
-    with local_model_store(apps, LOCAL_STATE / "s3.log"), dynalite:
-        log.info("dynalite on %s (pid %s)", dynalite.endpoint_url, dynalite.pid)
-        # Its data is on disk: if it dies, it comes back with it, and the breaker in each
-        # supervisor lets the next trial read through (no restart of the service).
-        dynalite.supervise()
-        seed(apps, dynalite.client(timeout_s=10.0), table, players)
-        # Serve's process-level performance settings and the edge's admission (app.edge)
-        # where Ray starts; the caller's environment wins.
-        env = {**ray_node_env(), **edge_env(config), **os.environ}
-        head = RayHead(
-            Path(sys.executable).parent,
-            env,
-            LOCAL_STATE / "ray-head.log",
-            metrics_port=metrics_port,
-            dashboard_port=dashboard_port,
-        )
-        with head:
-            log.info("Ray up: metrics at %s, dashboard at %s", head.metrics_url, head.dashboard_url)
-            for game in configured_routers(config):
-                log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", game[0], game[1])
-            for app in apps:
-                log.info(
-                    "serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix
-                )
-            # The fallback tier from the first run: each version's snapshot, scored on this
-            # Ray once the service answers, when none is fresh (app.local.precompute).
-            builder, stop = precompute.start(
-                apps, {**_batch_env(apps[0], endpoint), "RAY_ADDRESS": head.address}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="training") as training:
+        trained = training.submit(prepare, apps)
+        with dynalite:
+            log.info("dynalite on %s (pid %s)", dynalite.endpoint_url, dynalite.pid)
+            # Its data is on disk: if it dies, it comes back with it, and the breaker in each
+            # supervisor lets the next trial read through (no restart of the service).
+            dynalite.supervise()
+            seed(apps, dynalite.client(timeout_s=10.0), table, players)
+            # Serve's process-level performance settings and the edge's admission (app.edge)
+            # where Ray starts; the caller's environment wins.
+            env = {**ray_node_env(), **edge_env(config), **os.environ}
+            head = RayHead(
+                Path(sys.executable).parent,
+                env,
+                LOCAL_STATE / "ray-head.log",
+                metrics_port=metrics_port,
+                dashboard_port=dashboard_port,
             )
-            try:
-                return _run_serve(config, head.address, head.env)
-            finally:
-                # Its job stopped before the head: none is left waiting on a Ray that is gone.
-                stop.set()
-                builder.join(timeout=precompute.JOB_STOP_TIMEOUT_S + 5)
+            with head:
+                log.info("Ray up: metrics at %s, dashboard at %s", head.metrics_url,
+                         head.dashboard_url)  # fmt: skip
+                trained.result()
+                with local_model_store(apps, LOCAL_STATE / "s3.log"):
+                    return _serve(apps, config, head, endpoint)
+
+
+def _serve(
+    apps: list[ConfiguredApp], config: Path, head: RayHead, endpoint: tuple[str, int, str]
+) -> int:
+    """`serve run` of the config on the head, in the foreground, and each version's
+    precomputed snapshot scored beside it once the service answers."""
+    for game in configured_routers(config):
+        log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", game[0], game[1])
+    for app in apps:
+        log.info("serving %s at http://127.0.0.1:8000%s/v1/offers", app.name, app.route_prefix)
+    # The fallback tier from the first run: each version's snapshot, scored on this Ray once
+    # the service answers, when none is fresh (app.local.precompute).
+    builder, stop = precompute.start(
+        apps, {**_batch_env(apps[0], endpoint), "RAY_ADDRESS": head.address}
+    )
+    try:
+        return _run_serve(config, head.address, head.env)
+    finally:
+        # Its job stopped before the head: none is left waiting on a Ray that is gone.
+        stop.set()
+        builder.join(timeout=precompute.JOB_STOP_TIMEOUT_S + 5)
 
 
 def batch(
@@ -383,8 +400,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         host, port, table = local_endpoint(apps)
-        if args.command == "run-local":
-            prepare(apps)
     except ConfigError as exc:
         print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
         return 2
@@ -404,14 +419,18 @@ def main(argv: list[str] | None = None) -> int:
         prepare(chosen)
         extra = [a for a in args.extra if a != "--"]
         return batch(chosen[0], (host, port, table), args.players, extra)
-    return run_local(
-        apps,
-        (host, port, table),
-        args.config,
-        args.players,
-        metrics_port=args.metrics_port,
-        dashboard_port=args.dashboard_port,
-    )
+    try:
+        return run_local(
+            apps,
+            (host, port, table),
+            args.config,
+            args.players,
+            metrics_port=args.metrics_port,
+            dashboard_port=args.dashboard_port,
+        )
+    except ConfigError as exc:
+        print(f"offers {args.command}: {args.config}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
