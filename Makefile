@@ -12,13 +12,6 @@ PROM_STAMP := $(PROM_DIR)/.installed
 CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
-# Python caches the bytecode of what it imports (its default), whatever the machine's
-# PYTHONDONTWRITEBYTECODE says (this host and CI set it). Every Ray worker is a new
-# interpreter: one that finds no bytecode compiles Ray, Serve and pandas again at each start
-# (a replica's imports: 17.8 s of CPU uncached, 6.8 s cached, 2026-11-28). The venv is
-# installed without bytecode (tools/install_deps.py), so only what a process imports is ever
-# compiled, once, instead of all 1.3 GB of site-packages up front (~40 s of a fresh setup).
-export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup models run test bench reliability autoscaling lint dashboard k8s batch batch-bench
 

@@ -3,7 +3,7 @@
 `pip install -c constraints.txt -e '.[dev,bench]'` into a fresh venv with empty caches took
 133 s on this 2-core host (2026-11-28), about half of a fresh `make run`'s first hour; uv
 installs the same pinned set, package for package, in 9 s (13 s with installing uv itself),
-without the bytecode pip writes (below).
+plus the bytecode pip writes too (below).
 
 uv does not read pip's configuration, and a machine's registries are often set there (a
 mirror, local wheel folders, a CA bundle). So the settings pip resolves from its config files
@@ -56,10 +56,11 @@ def uv_command(uv: Path, python: str, settings: dict[str, str]) -> tuple[list[st
     """The `uv pip install` of the project, and its environment, from pip's settings."""
     args = [str(uv), "pip", "install", "--quiet", "--python", python]
     args += ["--index-strategy", "unsafe-best-match"]
-    # No bytecode here: compiling all of site-packages took ~40 s of a fresh setup, most of
-    # it for modules nothing imports. The Makefile lets Python cache what each process does
-    # import, once; a host that sets PYTHONDONTWRITEBYTECODE had every Ray worker compile
-    # Ray, Serve and pandas at each start (two clean-clone CI runs failed on it, 2026-11-28).
+    # Bytecode now, as pip writes it: uv leaves it out, and where PYTHONDONTWRITEBYTECODE is
+    # set (CI's machines) no process ever caches it, so every Ray worker compiled Ray, Serve
+    # and pandas from source at each start. Replica workers then started ~70 s after being
+    # scheduled in a slow hour, and two clean-clone CI runs failed on it (2026-11-28).
+    args += ["--compile-bytecode"]
     if settings.get("index-url"):
         args += ["--index-url", settings["index-url"]]
     for url in settings.get("extra-index-url", "").split():

@@ -38,9 +38,9 @@ def test_every_index_pip_knows_is_given_to_uv_and_every_index_is_searched():
     # pip takes the best version from all indexes; uv's default would stop at the first
     # index that lists a package (a local one holding other versions of it).
     assert options(args, "--index-strategy") == ["unsafe-best-match"]
-    # No bytecode at install: each process caches what it imports (the Makefile's
-    # PYTHONDONTWRITEBYTECODE, test_make_lets_python_cache_bytecode).
-    assert "--compile-bytecode" not in args
+    # Bytecode at install, as pip writes it: no process may be left to compile Ray from
+    # source at every start (PYTHONDONTWRITEBYTECODE).
+    assert "--compile-bytecode" in args
     # The machine's caps and the project's pins, then the project itself, editable.
     assert options(args, "-c") == ["/etc/xdg/pip/constraints.txt", CONSTRAINTS]
     assert options(args, "-e") == [EDITABLE]
@@ -75,22 +75,3 @@ def test_pip_settings_reads_config_files_and_pip_variables_the_variables_winning
     settings = pip_settings(sys.executable)
     assert settings["extra-index-url"] == "file:///a file:///b"
     assert settings["find-links"] == "/from/env"
-
-
-def test_make_lets_python_cache_bytecode_where_the_machine_forbids_it(tmp_path):
-    """Every recipe's Python (and the Ray workers it starts) caches the bytecode of what it
-    imports, though the machine sets PYTHONDONTWRITEBYTECODE: the venv has none, and a Ray
-    worker that finds none compiles Ray, Serve and pandas at each start."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[3]
-    probe = f"probe: ; @{sys.executable} -c 'import sys; print(sys.dont_write_bytecode)'"
-    env = {"PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp_path)}
-    result = subprocess.run(
-        ["make", "-s", "-C", str(root), "--eval", probe, "probe"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-    )
-    assert result.stdout.strip() == "False", result.stderr
