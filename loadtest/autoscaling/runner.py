@@ -33,10 +33,10 @@ import yaml
 from app.config.settings import get_settings
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, free_port
-from app.local.ray_auth import auth_header
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import configured_apps, edge_env, from_checkout
 from loadtest.autoscaling.report import Sample, analyze, log
+from loadtest.harness import serve_status
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.locust_runner import LoadTarget, run_locust
 from loadtest.harness.results import Study
@@ -55,10 +55,7 @@ PORT = 8000  # HAProxy binds the config's http_options port
 
 def poll_replicas(dashboard: str, app: str) -> dict[str, tuple[int, int]]:
     """deployment -> (target replicas, running replicas), from Serve's REST API."""
-    body = requests.get(
-        f"{dashboard}/api/serve/applications/", headers=auth_header(), timeout=5
-    ).json()
-    deployments = body["applications"][app]["deployments"]
+    deployments = serve_status.applications(dashboard, timeout_s=5)[app]["deployments"]
     return {
         name: (
             int(d["target_num_replicas"]),
@@ -116,9 +113,8 @@ def run(args: argparse.Namespace) -> Path:
             folder, head_cpus=args.logical_cpus, node_env=edge_env(config)
         ) as cluster:
             cluster.deploy(config, [shipped["name"]])
-            details = requests.get(
-                f"{cluster.dashboard}/api/serve/applications/", headers=auth_header(), timeout=5
-            ).json()["applications"][shipped["name"]]["deployments"]
+            apps = serve_status.applications(cluster.dashboard, timeout_s=5)
+            details = apps[shipped["name"]]["deployments"]
             cpus = {
                 n: float(d["deployment_config"]["ray_actor_options"]["num_cpus"])
                 for n, d in details.items()
