@@ -49,6 +49,13 @@ VARIANTS: dict[str, Variant] = {
             ray_env={"RAY_SERVE_HAPROXY_NBTHREAD": "4"},
         ),
         Variant(
+            "control-loop-0.25",
+            "Serve's controller ticks every 0.25 s instead of Serve's 0.1 "
+            "(RAY_SERVE_CONTROL_LOOP_INTERVAL_S): its fixed cost, and the GCS polls it makes, "
+            "against how fast it reacts",
+            ray_env={"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.25"},
+        ),
+        Variant(
             "grpc-off",
             "handle calls over Ray actor calls instead of gRPC",
             ray_env={"RAY_SERVE_USE_GRPC_BY_DEFAULT": "0"},
