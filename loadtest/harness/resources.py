@@ -14,9 +14,14 @@ SUBPROCESS = "subprocess"
 # What a process of a system's tree is, from its command line (Ray names its workers by
 # process title: "ray::ServeReplica:<app>:<deployment>", "ray::ProxyActor", ...).
 _ROLES = (
-    ("ray::ServeReplica:", None),  # replica:<deployment>, below
+    # A replica's title is "ray::ServeReplica:<app>:<deployment>[.<method>]" once it runs,
+    # and "ray::SERVE_REPLICA::<app>#<deployment>#<id>:ServeReplica:<app>:<deployment>..."
+    # while its constructor runs: both end in the same part.
+    (":ServeReplica:", None),  # replica:<deployment>, below
     ("ray::ServeController", "serve controller"),
     ("ray::ProxyActor", "serve proxy actor"),
+    # The actor that writes HAProxy's config and reloads it (RAY_SERVE_ENABLE_HA_PROXY).
+    ("ray::HAProxyManager", "serve haproxy manager"),
     ("ray::IDLE", "ray idle worker"),
     ("ray::DashboardAgent", "ray dashboard agent (exports metrics)"),
     ("ray::RuntimeEnvAgent", "ray runtime-env agent"),

@@ -16,7 +16,13 @@ pytestmark = [pytest.mark.unit, pytest.mark.untimed]
             "ray::ServeReplica:galaxy-raiders-2026-11:supervisor.initialize_and_get_metadata",
             "replica:supervisor",
         ),
+        (
+            "ray::SERVE_REPLICA::galaxy-raiders-2026-11#supervisor#n0jz6as9:ServeReplica:"
+            "galaxy-raiders-2026-11:supervisor.__init__  ",
+            "replica:supervisor",
+        ),
         ("ray::ServeController", "serve controller"),
+        ("ray::HAProxyManager   ", "serve haproxy manager"),
         ("ray::ProxyActor", "serve proxy actor"),
         ("ray::IDLE", "ray idle worker"),
         ("ray::DashboardAgent", "ray dashboard agent (exports metrics)"),
