@@ -56,8 +56,11 @@ def make_client(
     config = Config(
         connect_timeout=settings.dynamodb_connect_timeout_s,
         read_timeout=read_timeout_s or settings.dynamodb_read_timeout_s,
+        # total_max_attempts counts the first call; botocore's `max_attempts` counts only the
+        # retries, so 2 there made 3 calls of 0.25 s each: a slow table held a login 0.8 s
+        # of its 1 s budget instead of 0.5.
         retries={
-            "max_attempts": max_attempts or settings.dynamodb_max_attempts,
+            "total_max_attempts": max_attempts or settings.dynamodb_max_attempts,
             "mode": "standard",
         },
         max_pool_connections=settings.dynamodb_max_pool_connections,

@@ -326,7 +326,9 @@ def store_client(endpoint_url: str | None, region: str, timeout_s: float = 10.0)
     config = Config(
         connect_timeout=timeout_s,
         read_timeout=timeout_s,
-        retries={"max_attempts": 1},  # the store retries with its own backoff
+        # One call each (botocore's max_attempts would count retries): the store retries
+        # with its own backoff.
+        retries={"total_max_attempts": 1},
         s3={"addressing_style": "path"} if endpoint_url else {},
     )
     return boto3.session.Session().client(

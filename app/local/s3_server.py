@@ -28,7 +28,7 @@ def local_s3_client(endpoint_url: str, timeout_s: float = 5.0) -> Any:
     config = Config(
         connect_timeout=timeout_s,
         read_timeout=timeout_s,
-        retries={"max_attempts": 1},  # the model store retries with its own backoff
+        retries={"total_max_attempts": 1},  # one call: the store retries with its backoff
         s3={"addressing_style": "path"},
     )
     return boto3.session.Session().client(

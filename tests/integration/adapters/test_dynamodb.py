@@ -247,7 +247,10 @@ def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_re
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")  # dynalite takes any signed request
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
     manifest = load_manifest(tiny_version_dir)
-    store = FeatureStore(config, manifest.feature_schema, TEST_GAME, client=make_client(config))
+    client = make_client(config)
+    sends: list[float] = []  # one per HTTP call botocore makes, retries included
+    client.meta.events.register("before-send", lambda **_: sends.append(time.perf_counter()))
+    store = FeatureStore(config, manifest.feature_schema, TEST_GAME, client=client)
     members = [
         FakeMember(e.name, e.weight, lambda m: np.full(m.shape[0], 0.2)) for e in manifest.members
     ]
@@ -270,7 +273,13 @@ def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_re
         assert asyncio.run(login(1))[0].personalized  # quick store: personalized
         slow(True)
         time.sleep(0.2)
-        slow_answers = asyncio.run(logins(range(2, 8)))
+        calls_before = len(sends)
+        first_slow = asyncio.run(login(2))
+        # The read failed (that is what answered the login), so its calls are all made:
+        # dynamodb_max_attempts of them, the first included (botocore's `max_attempts`
+        # would count retries only, one call more: 0.8 s of a 1 s budget).
+        assert len(sends) - calls_before == config.dynamodb_max_attempts == 2
+        slow_answers = [first_slow, *asyncio.run(logins(range(3, 8)))]
     assert all(
         a.fallback_reason is FallbackReason.FEATURE_STORE_UNAVAILABLE for a, _ in slow_answers
     )
