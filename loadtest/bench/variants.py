@@ -2,7 +2,9 @@
 
 A variant is the shipped configuration (serve_config.yaml, or the production layout) with
 one lever switched off, measured in the same rounds as the shipped one: its ratio to the
-shipped configuration is what that lever is worth.
+shipped configuration is what that lever is worth. A few try one setting other than the
+shipped one instead (a Serve default, or a candidate): their ratio is what shipping it
+would change.
 """
 
 from __future__ import annotations

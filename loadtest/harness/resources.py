@@ -18,10 +18,12 @@ _ROLES = (
     # and "ray::SERVE_REPLICA::<app>#<deployment>#<id>:ServeReplica:<app>:<deployment>..."
     # while its constructor runs: both end in the same part.
     (":ServeReplica:", None),  # replica:<deployment>, below
-    ("ray::ServeController", "serve controller"),
-    ("ray::ProxyActor", "serve proxy actor"),
+    # Serve's actors, by class: "ray::ServeController" once running, "ray::<actor
+    # name>:ServeController.__init__" while starting.
+    (":ServeController", "serve controller"),
+    (":ProxyActor", "serve proxy actor"),
     # The actor that writes HAProxy's config and reloads it (RAY_SERVE_ENABLE_HA_PROXY).
-    ("ray::HAProxyManager", "serve haproxy manager"),
+    (":HAProxyManager", "serve haproxy manager"),
     ("ray::IDLE", "ray idle worker"),
     ("ray::DashboardAgent", "ray dashboard agent (exports metrics)"),
     ("ray::RuntimeEnvAgent", "ray runtime-env agent"),
@@ -128,9 +130,10 @@ class ProcessRoles:
         self.unclassified: set[str] = set()
 
     def of(self, proc: psutil.Process) -> str:
-        # A process's title can change once (an idle worker becoming a replica).
+        # A process's title changes as it starts (an idle worker becoming a replica, an
+        # actor's constructor title becoming its class's): those are read again.
         name = self._roles.get(proc.pid)
-        if name is None or name == "ray idle worker":
+        if name is None or name in ("ray idle worker", "other"):
             name = self._roles[proc.pid] = self._classify(proc)
         return name
 

@@ -685,14 +685,17 @@ def test_a_version_whose_supervisors_all_died_refuses_fast_until_it_serves_again
     # (seconds since the kill, seconds taken less the host's stalls of this process, status,
     # Retry-After): a 2-core host that runs nothing of this test for a while is not a hold.
     answers = []
+    raw: list[float] = []  # seconds taken, stalls included
     with HostStalls() as stalls:
         while time.monotonic() - killed < 90:
-            sent, stalled = time.monotonic(), stalls.total_s()
+            sent, started = time.monotonic(), time.perf_counter()
             try:
                 response = post(AUTH_PREFIX, player_id(len(answers) % PLAYERS), headers=headers)
             except requests.RequestException as exc:  # a hang (timeout) or a reset fails it
                 pytest.fail(f"{time.monotonic() - killed:.1f}s after the kill: {exc!r}; {answers}")
-            took = time.monotonic() - sent - (stalls.total_s() - stalled)
+            ended = time.perf_counter()
+            raw.append(ended - started)
+            took = ended - started - stalls.within(started, ended)
             answers.append((round(sent - killed, 2), round(took, 3), response.status_code,
                             response.headers.get("Retry-After")))  # fmt: skip
             if response.status_code == 200 and response.json()["personalized"]:
@@ -704,6 +707,10 @@ def test_a_version_whose_supervisors_all_died_refuses_fast_until_it_serves_again
     assert refused, "the version had no live replica for a while: its logins were refused"
     assert {status for _, _, status, _ in answers} <= {200, 503}
     assert all(retry == "1" and took < 0.5 for _, took, _, retry in refused), refused
+    # The stalls are this process's only; the service may be starved while it runs. Raw,
+    # every refusal stays under the 1.1 s hold the discounted bound tells apart.
+    refused_raw = [s for s, a in zip(raw, answers, strict=True) if a[2] == 503]
+    assert max(refused_raw) < 1.0, (refused_raw, answers)
     assert max(took for _, took, _, _ in answers) < 3.0, answers
     assert answers[-1][2] == 200, "personalized again once the replica was replaced"
 

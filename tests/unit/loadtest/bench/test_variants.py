@@ -87,6 +87,7 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["short-edge-queue"].args == {"admission": {"edge_queue_timeout_ms": 5}}
     assert VARIANTS["edge-queue-30ms"].args == {"admission": {"edge_queue_timeout_ms": 30}}
     assert VARIANTS["haproxy-4-threads"].ray_env == {"RAY_SERVE_HAPROXY_NBTHREAD": "4"}
+    assert VARIANTS["control-loop-0.25"].ray_env == {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.25"}
 
 
 def test_planned_production_runs_the_layout_k8s_ships():

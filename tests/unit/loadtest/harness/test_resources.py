@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.unit, pytest.mark.untimed]
         ),
         ("ray::ServeController", "serve controller"),
         ("ray::HAProxyManager   ", "serve haproxy manager"),
+        ("ray::SERVE_CONTROLLER_ACTOR:ServeController.__init__", "serve controller"),
+        ("ray::SERVE_PROXY_ACTOR-abc:ProxyActor.__init__", "serve proxy actor"),
         ("ray::ProxyActor", "serve proxy actor"),
         ("ray::IDLE", "ray idle worker"),
         ("ray::DashboardAgent", "ray dashboard agent (exports metrics)"),
