@@ -262,7 +262,11 @@ def walk(
     report = Release(version=version, profile=profile)
 
     def run(*args: str) -> None:
-        result = run_cli(env, *args)
+        # The operator's commands run at the serving replicas' niceness (19): in production
+        # they run on the operator's machine, and at 0 on a 2-core node their imports (~4
+        # CPU-s each) took the cores the replicas answer the game's logins with (one login
+        # of 250 refused at 1.1 s during `serve deploy`, .ci/run, 2026-11-28).
+        result = run_cli(env, *args, niceness=19)
         if result.returncode != 0:
             raise RuntimeError(f"{' '.join(args)} exited {result.returncode}: {result.stderr}")
 

@@ -36,10 +36,12 @@ BIN = Path(sys.executable).parent
 
 
 def run_cli(
-    env: dict[str, str], *args: str, timeout: float = 600
+    env: dict[str, str], *args: str, timeout: float = 600, niceness: int = 0
 ) -> subprocess.CompletedProcess[str]:
     """One of this environment's commands (`serve`, `ray`, `offers`, ...) from the project
-    root, its output captured: what the README has a user type."""
+    root, its output captured: what the README has a user type. `niceness` > 0 runs it at
+    that niceness: an operator's command that, in production, runs on another machine than
+    the replicas it deploys to."""
     return subprocess.run(
         [str(BIN / args[0]), *args[1:]],
         cwd=PROJECT_ROOT,
@@ -47,6 +49,7 @@ def run_cli(
         capture_output=True,
         text=True,
         timeout=timeout,
+        preexec_fn=(lambda: os.nice(niceness)) if niceness > 0 else None,
     )
 
 
