@@ -64,69 +64,38 @@ SNAPSHOT_PARTIAL = f"{SNAPSHOT_FILENAME}.partial"
 
 
 def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ReadPlayerFeatures",
-                "Effect": "Allow",
-                "Action": list(SERVE_ACTIONS),
-                "Resource": [profile.table_arn()],
-            },
-            {
-                "Sid": "ReadPrecomputedSnapshots",
-                "Effect": "Allow",
-                "Action": ["s3:GetObject"],
-                "Resource": [_object_arn(profile, f"*/{SNAPSHOT_FILENAME}")],
-            },
-            _list_prefix(profile, "ListBatchRuns"),
-            *_read_versions(profile),
-        ],
-    }
+    return _policy(
+        _allow("ReadPlayerFeatures", SERVE_ACTIONS, profile.table_arn()),
+        _allow(
+            "ReadPrecomputedSnapshots",
+            ("s3:GetObject",),
+            _object_arn(profile, f"*/{SNAPSHOT_FILENAME}"),
+        ),
+        _list_prefix(profile, "ListBatchRuns"),
+        *_read_versions(profile),
+    )
 
 
 def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "ScanPlayerFeatures",
-                "Effect": "Allow",
-                "Action": list(BATCH_SCAN_ACTIONS),
-                "Resource": [profile.table_arn()],
-            },
-            {
-                "Sid": "WriteBatchRuns",
-                "Effect": "Allow",
-                "Action": list(BATCH_WRITE_ACTIONS),
-                "Resource": [_object_arn(profile, "*")],
-            },
-            {
-                "Sid": "MoveSnapshotIntoPlace",
-                "Effect": "Allow",
-                "Action": ["s3:DeleteObject"],
-                "Resource": [_object_arn(profile, f"*/{SNAPSHOT_PARTIAL}")],
-            },
-            _list_prefix(profile, "ListBatchRuns"),
-            *_read_versions(profile),
-        ],
-    }
+    return _policy(
+        _allow("ScanPlayerFeatures", BATCH_SCAN_ACTIONS, profile.table_arn()),
+        _allow("WriteBatchRuns", BATCH_WRITE_ACTIONS, _object_arn(profile, "*")),
+        _allow(
+            "MoveSnapshotIntoPlace",
+            ("s3:DeleteObject",),
+            _object_arn(profile, f"*/{SNAPSHOT_PARTIAL}"),
+        ),
+        _list_prefix(profile, "ListBatchRuns"),
+        *_read_versions(profile),
+    )
 
 
 def publish_policy(profile: ProductionProfile) -> dict[str, Any]:
     store = profile.model_store
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "PublishVersions",
-                "Effect": "Allow",
-                "Action": list(PUBLISH_ACTIONS),
-                "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
-            },
-            _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
-        ],
-    }
+    return _policy(
+        _allow("PublishVersions", PUBLISH_ACTIONS, _s3_arn(store.bucket(), store.prefix(), "*")),
+        _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
+    )
 
 
 def serve_trust_policy(profile: ProductionProfile) -> dict[str, Any]:
@@ -153,14 +122,19 @@ def _read_versions(profile: ProductionProfile) -> list[dict[str, Any]]:
     alike."""
     store = profile.model_store
     return [
-        {
-            "Sid": "ReadPublishedVersions",
-            "Effect": "Allow",
-            "Action": ["s3:GetObject"],
-            "Resource": [_s3_arn(store.bucket(), store.prefix(), "*")],
-        },
+        _allow(
+            "ReadPublishedVersions", ("s3:GetObject",), _s3_arn(store.bucket(), store.prefix(), "*")
+        ),
         _list(store.bucket(), store.prefix(), "ListPublishedVersions"),
     ]
+
+
+def _policy(*statements: dict[str, Any]) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": list(statements)}
+
+
+def _allow(sid: str, actions: tuple[str, ...], resource: str) -> dict[str, Any]:
+    return {"Sid": sid, "Effect": "Allow", "Action": list(actions), "Resource": [resource]}
 
 
 def _s3_arn(bucket: str, prefix: str, below_prefix: str) -> str:
@@ -169,10 +143,7 @@ def _s3_arn(bucket: str, prefix: str, below_prefix: str) -> str:
 
 def _list(bucket: str, prefix: str, sid: str) -> dict[str, Any]:
     return {
-        "Sid": sid,
-        "Effect": "Allow",
-        "Action": ["s3:ListBucket"],
-        "Resource": [f"arn:aws:s3:::{bucket}"],
+        **_allow(sid, ("s3:ListBucket",), f"arn:aws:s3:::{bucket}"),
         "Condition": {"StringLike": {"s3:prefix": [f"{prefix}/*"]}},
     }
 
