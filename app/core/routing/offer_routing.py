@@ -248,6 +248,15 @@ class OfferRouter:
                 0.0,
                 min(queue_left_ms, give_ms - MIN_ATTEMPT_MS - SUPERVISOR_REFUSAL_MARGIN_MS),
             )
+            skipped = self._breaker.claim(version)
+            if skipped is not None:
+                # Open, and another login took its probe since this one's tries were ordered.
+                self._load.leave(version)
+                if version == assigned:
+                    reason = reason or skipped
+                self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
+                i += 1
+                continue
             called_ms = deadline.elapsed_ms()
             answer = await self._call(
                 version, give_ms, payload, request_id, supervisor_wait_ms, tripped, late

@@ -10,12 +10,13 @@ when the version went down.
 
 Closed: every login is tried. After `trip_after` logins in a row failed, timed out or found
 it unavailable (Serve's status), with nothing answered from the version for `quiet_s`, open:
-the version is skipped, flagged with the reason of the latest failure. The first login after
-`open_s` goes through as a probe while the others keep skipping; the first answer from the
-version (any reply, a 503 included: an overloaded version is up) closes the breaker, and a
-failure opens it again for `open_s` (a silent version is probed about every open_s plus its
-share of the budget). Probes are paced by time, not by their outcome, so a probe whose caller
-went away (cancelled, never reported) cannot keep the version skipped.
+the version is skipped, flagged with the reason of the latest failure. The first login sent
+to it after `open_s` goes through as a probe while the others keep skipping; the first
+answer from the version (any reply, a 503 included: an overloaded version is up) closes
+the breaker, and a failure opens it again for `open_s` (a silent version is probed about
+every open_s plus its share of the budget). Probes are paced by time, not by their
+outcome, so a probe whose caller went away (cancelled, never reported) cannot keep the
+version skipped.
 """
 
 from __future__ import annotations
@@ -55,16 +56,26 @@ class VersionBreaker:
             raise ValueError("trip_after must be >= 1, open_s > 0 and quiet_s >= 0")
 
     def skip_reason(self, version: str) -> str | None:
-        """None: send this login to the version (if the breaker is open, this login is the
-        probe). Otherwise why the version is skipped: the reason of its latest failure."""
+        """Why a login may not be sent to the version now (the reason of its latest
+        failure), or None: closed, or open with a probe due. Reads only: a router asks this
+        of every version while it orders a login's tries, most of which it never sends."""
         state = self._states.get(version)
         if state is None or state.opened_at is None:
             return None
-        now = self.clock()
-        if now - state.opened_at < self.open_s:
+        if self.clock() - state.opened_at < self.open_s:
             return state.reason
-        state.opened_at = now  # this login is the probe; the next one in open_s
         return None
+
+    def claim(self, version: str) -> str | None:
+        """Right before a login is sent to the version: None, and if the breaker is open
+        this login is its probe (the next one in open_s); else why to skip it (another
+        login took the probe). Claimed only where a login is really sent, so a tripped
+        version is probed every open_s whichever version the logins are assigned to."""
+        reason = self.skip_reason(version)
+        state = self._states.get(version)
+        if reason is None and state is not None and state.opened_at is not None:
+            state.opened_at = self.clock()
+        return reason
 
     def succeeded(self, version: str) -> None:
         self._states.pop(version, None)

@@ -211,6 +211,30 @@ def test_a_version_silent_for_logins_in_a_row_is_skipped_at_once_then_probed():
     assert [v for v, _ in backend.calls] == ["canary", "canary"]
 
 
+def test_only_a_login_sent_to_a_tripped_version_takes_its_probe():
+    """Every login orders its tries over every version, tripped ones included. A login
+    answered by its own version never reached the tripped one: the probe is left to the next
+    login that is sent there, so a tripped version is probed every open_s whatever its
+    weight (a probe taken by every login that merely listed it kept a 1 % canary's players
+    away for minutes)."""
+    clock = [0.0]
+    backend = Backend({"canary": OK, "stable": OK})
+    breaker = VersionBreaker(trip_after=1, open_s=1.0, clock=lambda: clock[0])
+    r, _ = router(backend, weights={"stable": 50, "canary": 50}, breaker=breaker)
+    split = VersionSplit(GAME, ["stable", "canary"], {"stable": 50, "canary": 50})
+    players = [f"p{i}" for i in range(100)]
+    of_canary = next(p for p in players if split.assign(p) == "canary")
+    of_stable = next(p for p in players if split.assign(p) == "stable")
+    breaker.failed("stable", "timeout")
+    assert route(r, of_stable).body["rerouted_reason"] == "timeout"  # skipped while open
+    clock[0] += 1.0
+    assert route(r, of_canary).body["version"] == "canary"  # listed stable, never sent there
+    backend.calls.clear()
+    reply = route(r, of_stable)  # the probe: stable is back and takes its player again
+    assert reply.body["version"] == "stable" and reply.body["rerouted_reason"] is None
+    assert [v for v, _ in backend.calls] == ["stable"]
+
+
 def test_an_overloaded_version_never_trips_the_breaker():
     backend = Backend(
         {"canary": {"status": 503, "detail": "busy", "retry_after_s": 1}, "stable": OK}

@@ -1,5 +1,5 @@
-"""The per-version breaker: trips on failures in a row, lets one probe through per open_s,
-closes on any answer. Time is a fake clock."""
+"""The per-version breaker: trips on failures in a row, lets one probe through per open_s
+(taken by the login sent, not by asking), closes on any answer. Time is a fake clock."""
 
 import pytest
 
@@ -42,15 +42,18 @@ def test_one_probe_per_open_s_and_an_answer_closes_it():
     clock.now += 0.99
     assert b.skip_reason("v") == "timeout"
     clock.now += 0.02
-    assert b.skip_reason("v") is None  # the probe
+    # Asking takes nothing: a router asks of every version it might try.
+    assert [b.skip_reason("v") for _ in range(3)] == [None] * 3
+    assert b.claim("v") is None  # the probe, sent
     assert b.skip_reason("v") == "timeout"  # the others keep skipping meanwhile
+    assert b.claim("v") == "timeout"
     b.failed("v", "timeout")  # the probe found it still down
     clock.now += 0.5
-    assert b.skip_reason("v") == "timeout"
+    assert b.claim("v") == "timeout"
     clock.now += 0.6
-    assert b.skip_reason("v") is None  # the next probe
+    assert b.claim("v") is None  # the next probe
     b.succeeded("v")
-    assert [b.skip_reason("v") for _ in range(5)] == [None] * 5
+    assert [b.claim("v") for _ in range(5)] == [None] * 5
 
 
 def test_a_probe_that_never_reports_does_not_keep_the_version_skipped():
@@ -60,9 +63,9 @@ def test_a_probe_that_never_reports_does_not_keep_the_version_skipped():
     for _ in range(3):
         b.failed("v", "timeout")
     clock.now += 1.0
-    assert b.skip_reason("v") is None  # probe, never reported
+    assert b.claim("v") is None  # probe, never reported
     clock.now += 1.0
-    assert b.skip_reason("v") is None  # another
+    assert b.claim("v") is None  # another
 
 
 def test_failures_while_the_version_still_answers_do_not_trip_it():
@@ -93,7 +96,7 @@ def test_a_failure_says_whether_it_opened_the_breaker():
     # A try sent before it opened fails late: already open, nothing newly opened.
     assert breaker.failed("v", "timeout") is False
     clock[0] += 1.0
-    assert breaker.skip_reason("v") is None  # the probe
+    assert breaker.claim("v") is None  # the probe
     assert breaker.failed("v", "timeout") is False  # the probe failed: still open
     assert breaker.skip_reason("v") == "timeout"
     breaker.succeeded("v")
