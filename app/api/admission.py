@@ -63,6 +63,7 @@ class AdmissionMiddleware:
             await send({"type": "http.response.body", "body": self._refusal_body})
             return
         held = True
+        status = 0
 
         async def send_and_leave(message: Message) -> None:
             # The slot is given back as the answer's last bytes go out, not after: once
@@ -70,12 +71,16 @@ class AdmissionMiddleware:
             # and may forward the next login at once, which must find room here. Leaving
             # later, after the send's awaits, let this loop take that login first and
             # refuse it with a slot about to free.
-            nonlocal held
+            # Only a login answered (200: personalized or a flagged fallback) is a service
+            # time the adaptive bound may learn from: a 401, 413, 422 or an early 503 is
+            # answered in microseconds and would make the replica look faster than it is.
+            nonlocal held, status
             if message["type"] == "http.response.start":
+                status = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), *self._room()]}
             if held and message["type"] == "http.response.body" and not message.get("more_body"):
                 held = False
-                self.gate.leave(time.perf_counter() - arrived)
+                self.gate.leave(time.perf_counter() - arrived if status == 200 else None)
             await send(message)
 
         try:

@@ -47,9 +47,11 @@ async def answer_routed_login(
             "max_in_flight": bound,
         }
     admitted = time.perf_counter()
+    served_s: float | None = None  # only an answered login is a service time (app.api.admission)
     try:
         body = OfferRequest.model_validate(payload)
         answer = await service.recommend(to_query(body, request_id, arrival))
+        served_s = time.perf_counter() - admitted
     except BudgetSpentBeforeStart as exc:
         return {
             "status": 503,
@@ -60,7 +62,7 @@ async def answer_routed_login(
     except UnknownGame:
         return {"status": 404, "detail": f"game {payload.get('game')!r} is not served here"}
     finally:
-        gate.leave(time.perf_counter() - admitted)
+        gate.leave(served_s)
     return {
         "status": 200,
         "body": to_response(answer).model_dump(mode="json"),

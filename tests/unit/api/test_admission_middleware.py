@@ -95,9 +95,7 @@ def test_past_the_bound_the_refusal_goes_out_without_touching_the_slots():
 def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
     from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
 
-    limit = ServiceTimeLimit(
-        ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0
-    )
+    limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0)
     gate = AdmissionGate(1, limit=limit)
     headers = []
 
@@ -114,3 +112,27 @@ def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
     asyncio.run(middleware(dict(SCOPE), receive, send))
     assert headers[-1] is not None and int(headers[-1]) >= 1
     assert gate.refused == 1
+
+
+def test_only_answered_logins_teach_the_bound_their_service_time():
+    """A refusal or a bad request is answered in microseconds: counted as service times,
+    they would make the replica look faster than it is and the edge queue more for it."""
+    from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
+
+    limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0)
+    gate = AdmissionGate(1, limit=limit)
+
+    def answering(status: int):
+        async def app(scope, receive, send):
+            await send({"type": "http.response.start", "status": status, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+        return AdmissionMiddleware(app, gate=gate, retry_after_s=1)
+
+    for status in (401, 413, 422, 503) * MIN_SAMPLES:
+        run(answering(status))
+    assert limit.queue_room() is None  # nothing learned from them
+    for _ in range(MIN_SAMPLES):
+        run(answering(200))
+    assert limit.queue_room() is not None
+    assert gate.in_flight == 0

@@ -104,3 +104,17 @@ def test_a_routed_login_whose_wait_runs_out_is_a_full_replica_refusal():
     )
     assert reply["status"] == 503 and reply["replica_full"] is True
     assert gate.in_flight == 1 and gate.refused == 1
+
+
+def test_only_an_answered_routed_login_teaches_the_bound_its_service_time():
+    """A game this version does not serve is answered at once: no service time learned."""
+    from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
+
+    limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0)
+    gate = AdmissionGate(1, limit=limit)
+    for _ in range(MIN_SAMPLES):
+        assert answer(gate, {"player_id": "p1", "game": "other-game"})["status"] == 404
+    assert limit.queue_room() is None
+    for _ in range(MIN_SAMPLES):
+        assert answer(gate)["status"] == 200
+    assert limit.queue_room() is not None and gate.in_flight == 0
