@@ -19,7 +19,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse
 from app.adapters.host_cpu import IdleCpu
 from app.adapters.member_model import load_group
 from app.adapters.model_store import local_version
-from app.config.app_args import MemberGroupConfig
+from app.config.app_args import BatchingConfig, MemberGroupConfig
 from app.config.knobs import explain
 from app.contract.manifest import MemberEntry, Runtime, load_manifest
 from app.core.load_meter import LoadMeter
@@ -28,6 +28,10 @@ from app.serving.autoscaling import replica_stats
 from app.serving.replica_process import prepare_replica_process
 
 logger = logging.getLogger(__name__)
+
+
+# Until reconfigure() applies the deployment's batching.
+DEFAULT_MAX_BATCH_ROWS: int = BatchingConfig.model_fields["max_batch_rows"].default
 
 
 def _rows(matrices: list[np.ndarray]) -> int:
@@ -46,6 +50,7 @@ class MemberGroupDeployment:
         folder = local_version(version_dir)  # a store URI: this node's cached copy
         self._group = load_group(entries, folder, runtime, load_manifest(folder).fidelity)
         self._delay_s = 0.0
+        self._max_batch_rows = DEFAULT_MAX_BATCH_ROWS
         self._fault_counts: Counter[str] = Counter()
         # Share of time spent scoring (one batch at a time): what this deployment
         # autoscales on, whatever the number of calls that carried the rows.
@@ -63,6 +68,7 @@ class MemberGroupDeployment:
             return
         batch: Any = self._score_batch  # @serve.batch adds these setters at run time
         batch.set_max_batch_size(config.batching.max_batch_rows)
+        self._max_batch_rows = config.batching.max_batch_rows
         batch.set_batch_wait_timeout_s(config.batching.batch_wait_timeout_s)
         delays = config.faults.slow_members_ms
         self._delay_s = max((delays.get(n, 0.0) for n in self._names), default=0.0) / 1000.0
@@ -78,8 +84,18 @@ class MemberGroupDeployment:
             except asyncio.CancelledError:
                 self._fault_counts["cancelled"] += 1
                 raise
-        result: np.ndarray = await self._score_batch(matrix)
-        return result
+        limit = self._max_batch_rows
+        if matrix.shape[0] <= limit:
+            result: np.ndarray = await self._score_batch(matrix)
+            return result
+        # Serve's batching fails a call larger than the batch outright. A round can be: the
+        # batch size is live here, the supervisors' round size live there, and a member's
+        # user_config is given whole (a key left out takes its default). Scored in parts,
+        # such a round costs several predicts instead of failing every login in it.
+        parts = await asyncio.gather(
+            *(self._score_batch(matrix[i : i + limit]) for i in range(0, matrix.shape[0], limit))
+        )
+        return np.concatenate(parts, axis=1)
 
     def fault_counts(self) -> dict[str, int]:
         """How often the injected delay ran and was cancelled (for chaos tests)."""
@@ -87,7 +103,9 @@ class MemberGroupDeployment:
 
     # Batch size is counted in candidate rows, not calls: a predict on 1024 rows costs about
     # as much whether they come from 2 requests or 100.
-    @serve.batch(max_batch_size=1024, batch_wait_timeout_s=0.0, batch_size_fn=_rows)
+    @serve.batch(
+        max_batch_size=DEFAULT_MAX_BATCH_ROWS, batch_wait_timeout_s=0.0, batch_size_fn=_rows
+    )
     async def _score_batch(self, matrices: list[np.ndarray]) -> list[np.ndarray]:
         # Off the replica's event loop: it keeps answering health checks and cancellations
         # while the batch is scored.
