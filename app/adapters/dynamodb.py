@@ -46,12 +46,21 @@ def player_key(game: str, player_id: str) -> str:
 
 
 def make_client(
-    settings: Settings, *, read_timeout_s: float | None = None, max_attempts: int | None = None
+    settings: Settings,
+    *,
+    read_timeout_s: float | None = None,
+    max_attempts: int | None = None,
+    login_clock: bool = True,
 ) -> Any:  # boto3 clients are built dynamically
     """A DynamoDB client whose timeouts and retries are botocore's, configured from settings.
 
-    `read_timeout_s` / `max_attempts` override the login-sized settings for callers that are
-    not on a login's clock (the batch Scan).
+    On a login's clock (the default) a retry comes 50 ms after the failed call, whatever
+    failed: botocore's `legacy` mode for DynamoDB. Its `standard` mode sleeps up to 1 s
+    (rand(0, 1) x 1 s) before retrying a throttled read, more than a login's budget can
+    give: the login fell back at its deadline, holding a read thread and a batch slot.
+    `read_timeout_s` / `max_attempts` and `login_clock=False` are for callers that are not
+    on a login's clock (the batch Scan): there, `standard`'s growing backoff paces a
+    throttled Scan as AWS advises.
     """
     config = Config(
         connect_timeout=settings.dynamodb_connect_timeout_s,
@@ -61,7 +70,7 @@ def make_client(
         # of its 1 s budget instead of 0.5.
         retries={
             "total_max_attempts": max_attempts or settings.dynamodb_max_attempts,
-            "mode": "standard",
+            "mode": "legacy" if login_clock else "standard",
         },
         max_pool_connections=settings.dynamodb_max_pool_connections,
     )

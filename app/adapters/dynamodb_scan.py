@@ -72,7 +72,10 @@ class SegmentScan:
             client
             if client is not None
             else make_client(
-                settings, read_timeout_s=SCAN_READ_TIMEOUT_S, max_attempts=SCAN_MAX_ATTEMPTS
+                settings,
+                read_timeout_s=SCAN_READ_TIMEOUT_S,
+                max_attempts=SCAN_MAX_ATTEMPTS,
+                login_clock=False,
             )
         )
         self._pacer = ReadPacer(budget_per_s)

@@ -294,3 +294,67 @@ def test_a_slow_store_gives_flagged_fallbacks_in_budget_opens_the_breaker_and_re
     assert asyncio.run(login(9))[0].personalized
     assert store.breaker_state == "closed"
     store.close()
+
+
+@pytest.fixture
+def throttling_table():
+    """A DynamoDB endpoint that throttles every call, as a hot partition does; it records
+    when each call arrived."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    arrivals: list[float] = []
+    body = json.dumps(
+        {
+            "__type": "com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException",
+            "message": "The level of configured provisioned throughput for the table was exceeded",
+        }
+    ).encode()
+
+    class Throttle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            arrivals.append(time.perf_counter())
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(400)
+            self.send_header("Content-Type", "application/x-amz-json-1.0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Throttle)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", arrivals
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_throttled_read_is_retried_at_once_not_after_a_second(throttling_table, monkeypatch):
+    """botocore's standard mode sleeps rand(0, 1) x 1 s before retrying a throttled call:
+    a login's read would wait out most of its budget for its second try. On a login's clock
+    the retry comes 50 ms after the throttled call."""
+    from botocore.exceptions import ClientError
+
+    from app.adapters.dynamodb import make_client
+
+    endpoint, arrivals = throttling_table
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "local")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "local")
+    config = settings(dynamodb_endpoint_url=endpoint)
+    client = make_client(config)
+    gaps = []
+    with HostStalls() as stalls:
+        for _ in range(3):
+            before = len(arrivals)
+            with pytest.raises(ClientError) as raised:
+                client.get_item(TableName=TEST_TABLE, Key={PARTITION_KEY: {"S": "g#p"}})
+            assert raised.value.response["Error"]["Code"].endswith("ThroughputExceededException")
+            first, second = arrivals[before:]  # dynamodb_max_attempts calls: 2
+            gaps.append(second - first - stalls.within(first, second))
+    assert all(gap < 0.25 for gap in gaps), gaps
