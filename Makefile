@@ -13,12 +13,21 @@ CONFIG ?= serve_config.yaml
 PLAYERS ?= 10000
 PROFILE ?= standard
 
-.PHONY: setup models run test bench reliability autoscaling lint dashboard k8s batch batch-bench
+.PHONY: setup serve-setup models run test bench reliability autoscaling lint dashboard k8s batch batch-bench
 
 setup: $(PY_STAMP) $(NODE_STAMP) $(PROM_STAMP)
 
+# What serving needs (`make run`, training, the batch job): not Prometheus, which only the
+# metrics tests query (its first download may need `apt-get update`, root on most machines).
+serve-setup: $(PY_STAMP) $(NODE_STAMP)
+
+# A venv without pip (Debian's python3 lacks ensurepip until python3.11-venv is installed;
+# the failed `venv` leaves bin/python behind) is made again, not reused.
 $(PY_STAMP): pyproject.toml constraints.txt tools/install_deps.py
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+		|| { echo "Python 3.11 is required (pyproject.toml): make PYTHON=python3.11 ..."; exit 1; }
+	@$(BIN)/python -m pip --version >/dev/null 2>&1 \
+		|| { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python tools/install_deps.py
 	@touch $@
 
@@ -40,11 +49,11 @@ $(PROM_STAMP):
 	@touch $@
 
 # Train (or find cached) every ensemble version serve_config.yaml serves.
-models: setup
+models: serve-setup
 	$(BIN)/offers prepare --config $(CONFIG)
 
 # dynalite + seed + `serve run serve_config.yaml` in the foreground; Ctrl-C stops it all.
-run: setup
+run: serve-setup
 	$(BIN)/offers run-local --config $(CONFIG) --players $(PLAYERS)
 
 # The KubeRay CRDs the k8s/ manifests are validated against (tests/unit/k8s); point it at
@@ -55,7 +64,7 @@ export KUBERAY_CRD_DIR
 # Score every player of one served version offline (Ray Data) into Parquet and the
 # precomputed-offers snapshot: `make batch GAME=galaxy-raiders VERSION=2026-11`; last line
 # `output: <folder>`. BATCH_ARGS go to offers-batch (e.g. "--segments 8 --read-budget 2000").
-batch: setup
+batch: serve-setup
 	@test -n "$(GAME)" -a -n "$(VERSION)" || { echo "usage: make batch GAME=<game> VERSION=<version>"; exit 2; }
 	$(BIN)/offers batch --config $(CONFIG) --game $(GAME) --version $(VERSION) --players $(PLAYERS) -- $(BATCH_ARGS)
 
