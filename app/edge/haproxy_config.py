@@ -32,6 +32,8 @@ the edge needs. This module adds, to the config Serve wrote:
 - a second, adaptive cap below it: the room the replicas measure they can drain within the
   queue's wait (X-Offers-Queue-Room on their answers, app.core.service_time_limit), kept
   in a process-wide variable per application, times the replicas up (`room_rules`);
+- `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
+  it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
   Serve's `errorfile`, which turns HAProxy's 503 (and 502/504) into a 500;
 - `X-Request-Start: t=<unix µs>` on every request, set when HAProxy has read it, so the
@@ -58,6 +60,10 @@ MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfil
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
 QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
 ROOM_HEADER = QUEUE_ROOM_HEADER.lower()
+RETRY_AFTER_RULE = (
+    "http-response set-header Retry-After {} "
+    "if {{ status 503 }} !{{ res.hdr(retry-after) -m found }}"
+)
 
 
 def room_rules(var: str) -> list[str]:
@@ -260,6 +266,10 @@ def _backend(
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var)]
+    # A 503 from behind HAProxy without Retry-After (Serve's proxy answers one while it
+    # finds no replica: DeploymentUnavailableError) gets the application's, as every
+    # refusal of the service does; one that carries its own keeps it.
+    out.append(f"    {RETRY_AFTER_RULE.format(limits.retry_after_s)}")
     for line in body:
         stripped = line.strip()
         if stripped.startswith("http-request "):

@@ -100,8 +100,10 @@ async def replica(port: int, arrived: asyncio.Event, release: asyncio.Event):
 
     async def login(request):
         body = await request.json() if request.can_read_body else {}
-        if body.get("refuse"):
-            return web.json_response({"detail": "overloaded"}, status=503)
+        if body.get("refuse"):  # True, or the Retry-After to refuse with
+            retry = body["refuse"]
+            headers = {"Retry-After": retry} if isinstance(retry, str) else None
+            return web.json_response({"detail": "overloaded"}, status=503, headers=headers)
         if "room" in body:  # answered at once, reporting the room it measured
             return web.json_response({"offer": "x"}, headers={QUEUE_ROOM_HEADER: body["room"]})
         arrived.set()
@@ -260,3 +262,18 @@ def test_a_login_nothing_answers_within_the_answer_timeout_is_refused_then(tmp_p
     assert not released
     assert (status, headers.get("Retry-After")) == (503, "3")
     assert json.loads(body) == {"detail": OVERLOADED_DETAIL}
+
+
+def test_a_503_from_behind_the_edge_without_retry_after_gets_the_applications(tmp_path):
+    """Serve's proxy answers 503 without Retry-After while it finds no replica; through the
+    edge every 503 carries one. A 503 with its own keeps it."""
+
+    async def scenario():
+        async with running_edge(tmp_path, limits()) as (session, url, *_):
+            bare = await post(session, url, {"refuse": True})
+            own = await post(session, url, {"refuse": "7"})
+            return bare, own
+
+    bare, own = asyncio.run(scenario())
+    assert (bare[0], bare[1].get("Retry-After")) == (503, "3")
+    assert (own[0], own[1].getall("Retry-After")) == (503, ["7"])
