@@ -13,7 +13,12 @@ from typing import Any
 
 from app.api.routes import to_query, to_response
 from app.api.schemas import OfferRequest
-from app.core.admission import OVERLOADED_DETAIL, AdmissionGate, EdgeArrival
+from app.core.admission import (
+    OVERLOADED_DETAIL,
+    AdmissionGate,
+    EdgeArrival,
+    parse_request_start,
+)
 from app.core.online.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
 
 OVERLOADED = OVERLOADED_DETAIL
@@ -27,6 +32,7 @@ async def answer_routed_login(
     request_id: str | None,
     retry_after_s: float,
     wait_ms: float = 0.0,
+    sent_at_unix_s: float | None = None,
 ) -> dict[str, Any]:
     """One routed login's reply; `payload["deadline_ms"]` is what is left of its budget.
 
@@ -35,9 +41,16 @@ async def answer_routed_login(
     takes, and whether another replica may still have room (app.core.routing.version_load).
 
     A full replica holds the login up to `wait_ms` for one of its slots; the wait comes off
-    the login's budget, which starts as it arrives here."""
+    the login's budget. The budget runs from `sent_at_unix_s`, when the router sent it (wall
+    clock, read like a front proxy's X-Request-Start), else from its arrival here: the
+    router waits for the reply only the budget it gave plus the hop back, so the hop in (the
+    handle's queue, this replica's busy loop) must come off the budget, not after it."""
     bound = gate.max_in_flight
-    arrival = EdgeArrival(started=time.perf_counter(), waited_before_ms=0.0)
+    sent = None if sent_at_unix_s is None else repr(sent_at_unix_s)
+    transit_s = parse_request_start(sent, time.time()) or 0.0
+    arrival = EdgeArrival(
+        started=time.perf_counter() - transit_s, waited_before_ms=transit_s * 1000.0
+    )
     if not await gate.enter_within(wait_ms / 1000.0):
         return {
             "status": 503,

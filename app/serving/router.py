@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -131,8 +132,9 @@ class HandleBackend:
         if why is not None:
             raise VersionUnavailable(f"application {app}: {why}")
         try:
+            # Stamped as it leaves: the version's budget runs from here (app.api.routed_login).
             reply: dict[str, Any] = await self._handles[version].route_offer.remote(
-                payload, request_id, wait_ms
+                payload, request_id, wait_ms, time.time()
             )
         except BackPressureError as exc:
             # The version's replicas and queues are full: overloaded, not down. Refused like

@@ -346,11 +346,16 @@ class Supervisor:
         return self._knobs.model_dump(mode="json"), self._knobs_rejected
 
     async def route_offer(
-        self, payload: dict[str, Any], request_id: str | None = None, wait_ms: float = 0.0
+        self,
+        payload: dict[str, Any],
+        request_id: str | None = None,
+        wait_ms: float = 0.0,
+        sent_at_unix_s: float | None = None,
     ) -> dict[str, Any]:
         """A login from the game's version router (a handle call, not HTTP): the same
         answer as POST /v1/offers, as a dict (app.api.routed_login). `wait_ms`: how long it
-        may wait here for a slot if this replica is full."""
+        may wait here for a slot if this replica is full; `sent_at_unix_s`: when the router
+        sent it, where its budget starts."""
         return await answer_routed_login(
             self._service,
             self._admission,
@@ -358,6 +363,7 @@ class Supervisor:
             request_id=request_id,
             retry_after_s=self._retry_after_s,
             wait_ms=wait_ms,
+            sent_at_unix_s=sent_at_unix_s,
         )
 
     def __serve_build_asgi_app__(self) -> FastAPI:

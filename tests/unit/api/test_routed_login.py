@@ -118,3 +118,28 @@ def test_only_an_answered_routed_login_teaches_the_bound_its_service_time():
     for _ in range(MIN_SAMPLES):
         assert answer(gate)["status"] == 200
     assert limit.queue_room() is not None and gate.in_flight == 0
+
+
+def test_a_routed_logins_budget_runs_from_the_routers_send():
+    """The router waits only the budget it gave plus the hop back: time the login spent
+    reaching this replica (the handle's queue, a busy loop) comes off its budget here."""
+    import time
+
+    gate = AdmissionGate(3)
+    payload = {"player_id": "p1", "game": "test-game", "deadline_ms": 200}
+    sent_long_ago = time.time() - 0.3  # longer in transit than its whole budget
+    reply = asyncio.run(
+        answer_routed_login(
+            service(), gate, payload, request_id="r-9", retry_after_s=2.0,
+            sent_at_unix_s=sent_long_ago,
+        )
+    )  # fmt: skip
+    assert reply["status"] == 503 and "replica_full" not in reply
+    # Sent just now, the same login is answered.
+    fresh = asyncio.run(
+        answer_routed_login(
+            service(), gate, payload, request_id="r-10", retry_after_s=2.0,
+            sent_at_unix_s=time.time(),
+        )
+    )  # fmt: skip
+    assert fresh["status"] == 200 and gate.in_flight == 0

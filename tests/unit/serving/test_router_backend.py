@@ -4,6 +4,7 @@ answer, and a version with none skipped without a call."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from ray.serve._private.common import DeploymentStatus, DeploymentStatusTrigger, ReplicaState
@@ -75,10 +76,12 @@ class Handle:
         self.route_offer = self
         self.raises = raises
         self.waits = []
+        self.sent_at = []
 
-    async def remote(self, payload, request_id, wait_ms):
+    async def remote(self, payload, request_id, wait_ms, sent_at_unix_s):
         self.calls += 1
         self.waits.append(wait_ms)
+        self.sent_at.append(sent_at_unix_s)
         if self.raises is not None:
             raise self.raises
         return {"status": 200, "body": {"ok": True}}
@@ -99,9 +102,12 @@ def backend(health: dict[str, VersionHealth]) -> tuple[HandleBackend, Handle]:
 )
 def test_a_version_with_a_live_supervisor_is_called(health):
     b, handle = backend(health)
+    before = time.time()
     reply = asyncio.run(b.offer("2026-11", {}, None, 120.0))
     assert reply["status"] == 200 and handle.calls == 1
     assert handle.waits == [120.0]  # how long a full supervisor may hold it reaches it
+    # Stamped as it is sent: the version's budget runs from there (app.api.routed_login).
+    assert before <= handle.sent_at[0] <= time.time()
 
 
 @pytest.mark.parametrize(
