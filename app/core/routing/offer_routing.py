@@ -223,6 +223,17 @@ class OfferRouter:
             # login waits for one of them to finish, as long as its queue allowance and its
             # try's budget allow (a supervisor would refuse it, only later and slower).
             wait_ms = min(queue_left_ms, give_ms - MIN_ATTEMPT_MS)
+            # The probe of a tripped version is taken here, before the wait for its slot:
+            # taken after it, every login that listed the version while the probe was due
+            # waited for one of a dead version's slots before finding the probe gone.
+            skipped = self._breaker.claim(version)
+            if skipped is not None:
+                # Open, and another login took its probe since this one's tries were ordered.
+                if version == assigned:
+                    reason = reason or skipped
+                self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
+                i += 1
+                continue
             started_ms = deadline.elapsed_ms()
             tripped = self._tripped_future(version)
             if not await self._load.acquire(version, wait_ms / 1000.0):
@@ -248,15 +259,6 @@ class OfferRouter:
                 0.0,
                 min(queue_left_ms, give_ms - MIN_ATTEMPT_MS - SUPERVISOR_REFUSAL_MARGIN_MS),
             )
-            skipped = self._breaker.claim(version)
-            if skipped is not None:
-                # Open, and another login took its probe since this one's tries were ordered.
-                self._load.leave(version)
-                if version == assigned:
-                    reason = reason or skipped
-                self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
-                i += 1
-                continue
             called_ms = deadline.elapsed_ms()
             answer = await self._call(
                 version, give_ms, payload, request_id, supervisor_wait_ms, tripped, late

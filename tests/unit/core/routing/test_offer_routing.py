@@ -676,6 +676,38 @@ def test_a_login_waiting_for_a_slot_skips_a_version_whose_breaker_opened_meanwhi
     assert [c for c in backend.calls if c[0] == "canary"] == [("canary", "p1")]
 
 
+def test_logins_due_a_tripped_versions_probe_do_not_all_wait_for_its_slot():
+    """The canary tripped and its probe is due, and this router holds as many logins on it
+    as it takes (a silent try keeps its slot). One login takes the probe and waits for the
+    slot; the others, ordered while the probe was due, skip the canary at once instead of
+    each waiting out its allowance for a dead version's slot."""
+    clock = [0.0]
+    backend = Backend({"canary": OK, "stable": OK})
+    breaker = VersionBreaker(trip_after=1, open_s=1.0, quiet_s=0.0, clock=lambda: clock[0])
+    load = known_load(replicas=1, bound=1)
+    load.enter("canary")  # the one slot, held
+    r, _ = router(backend, breaker=breaker, load=load, budget_ms=20_000, queue_ms=15_000)
+    breaker.failed("canary", "timeout")
+    clock[0] += 1.0  # the probe is due
+
+    async def scenario():
+        logins = [
+            asyncio.create_task(r.route({"player_id": f"p{i}", "game": GAME}, None))
+            for i in range(3)
+        ]
+        for _ in range(20):  # every login ordered its tries and got as far as it can
+            await asyncio.sleep(0)
+        done = [t for t in logins if t.done()]
+        waiting = load.waiting("canary")
+        load.leave("canary")  # the slot comes back: the probe goes out
+        await asyncio.gather(*logins)
+        return [t.result() for t in done], waiting
+
+    answered, waiting = asyncio.run(scenario())
+    assert waiting == 1  # only the probe waits for the canary's slot
+    assert [(a.answered, a.reason) for a in answered] == [("stable", "timeout")] * 2
+
+
 class LateCanary(Backend):
     """The assigned canary stays silent past its share and answers once the router has sent
     the login on to stable (ordered by events, not by time); stable behaves as given."""
