@@ -219,13 +219,10 @@ class OfferRouter:
                 if last or left_ms < MIN_ATTEMPT_MS:
                     break
                 give_ms = left_ms
-            # This router may already hold every login the version's supervisors admit: the
-            # login waits for one of them to finish, as long as its queue allowance and its
-            # try's budget allow (a supervisor would refuse it, only later and slower).
-            wait_ms = min(queue_left_ms, give_ms - MIN_ATTEMPT_MS)
             # The probe of a tripped version is taken here, before the wait for its slot:
             # taken after it, every login that listed the version while the probe was due
             # waited for one of a dead version's slots before finding the probe gone.
+            probing = self._breaker.is_open(version)
             skipped = self._breaker.claim(version)
             if skipped is not None:
                 # Open, and another login took its probe since this one's tries were ordered.
@@ -234,6 +231,16 @@ class OfferRouter:
                 self._problems.record(f"{version}: skipped", f"breaker open ({skipped})")
                 i += 1
                 continue
+            if probing and not last:
+                # A probe gets what a failover gets: a live version answers in that (its
+                # supervisor answers by the deadline it is given), and a dead one costs the
+                # login little of what the next version needs. One probe a second, each
+                # waiting out the version's whole share, refused logins during an outage.
+                give_ms = min(give_ms, max(self._reserve_ms, MIN_ATTEMPT_MS))
+            # This router may already hold every login the version's supervisors admit: the
+            # login waits for one of them to finish, as long as its queue allowance and its
+            # try's budget allow (a supervisor would refuse it, only later and slower).
+            wait_ms = min(queue_left_ms, give_ms - MIN_ATTEMPT_MS)
             started_ms = deadline.elapsed_ms()
             tripped = self._tripped_future(version)
             if not await self._load.acquire(version, wait_ms / 1000.0):

@@ -66,6 +66,11 @@ class VersionBreaker:
             return state.reason
         return None
 
+    def is_open(self, version: str) -> bool:
+        """Tripped and not closed since: a login sent to it now is a probe."""
+        state = self._states.get(version)
+        return state is not None and state.opened_at is not None
+
     def claim(self, version: str) -> str | None:
         """Right before a login is sent to the version: None, and if the breaker is open
         this login is its probe (the next one in open_s); else why to skip it (another

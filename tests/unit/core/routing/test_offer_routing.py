@@ -235,6 +235,23 @@ def test_only_a_login_sent_to_a_tripped_version_takes_its_probe():
     assert [v for v, _ in backend.calls] == ["stable"]
 
 
+def test_a_probe_of_a_tripped_version_gets_a_failovers_share_of_the_budget():
+    """A probe of a version still down costs its login only the failover reserve; the rest
+    of the budget goes to the version that answers."""
+    clock = [0.0]
+    backend = Backend({"canary": "hang", "stable": OK})
+    breaker = VersionBreaker(trip_after=1, open_s=1.0, quiet_s=0.0, clock=lambda: clock[0])
+    r, _ = router(backend, budget_ms=400, reserve_ms=150, breaker=breaker)
+    breaker.failed("canary", "timeout")
+    clock[0] += 1.0  # the probe is due
+    reply = route(r)
+    assert (reply.status, reply.body["version"]) == (200, "stable")
+    (probed, probe_ms), (answered, answer_ms) = backend.calls
+    assert (probed, answered) == ("canary", "stable")
+    # Not 250 ms for the probe, and what is left after it and the hop back (~100 ms).
+    assert probe_ms <= 150 and answer_ms > 150
+
+
 def test_an_overloaded_version_never_trips_the_breaker():
     backend = Backend(
         {"canary": {"status": 503, "detail": "busy", "retry_after_s": 1}, "stable": OK}
