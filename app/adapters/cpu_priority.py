@@ -22,8 +22,13 @@ supervisor's survivor waited on the run queue 2-4 times as long as it ran while 
 replacement started, and the logins it held were refused at HAProxy's answer timeout
 (2026-11-27, docs/runs/reliability.md, S). `start_niced` starts the worker itself under
 `nice` (a runtime_env's py_executable), so every thread of a replica runs at its niceness
-from its first instruction. Only Ray's own `setup_worker.py`, which execs it, still runs
-at 0.
+from its first instruction. Only Ray's own `setup_worker.py`, which execs it, runs before:
+at the niceness of the process that starts every worker, the node's raylet, 0. It imports
+Ray (about a CPU-second on a quiet 2-core host), and at 0 it outranked the survivor of a
+killed supervisor 68 to 1 while the replacement started: the logins the survivor held
+were refused at HAProxy's answer timeout (CI, 2026-11-28; reproduced at one core's
+quota). `raylet_gives_way` raises the raylet's threads to Ray's own worker niceness, so
+what it starts begins there: 2.4 to 1 against a serving replica, as HAProxy is.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-TASKS = Path("/proc/self/task")
+PROC = Path("/proc")
+TASKS = PROC / "self" / "task"
 
 
 def give_way(niceness: int, tasks: Path = TASKS) -> int:
@@ -74,3 +80,24 @@ def start_niced(niceness: int, python: str | None = None) -> dict[str, Any]:
         return {}
     interpreter = python or sys.executable
     return {"py_executable": f"{shlex.quote(nice)} -n {niceness} {shlex.quote(interpreter)}"}
+
+
+RAYLET_COMMAND = "raylet"  # /proc/<pid>/comm of Ray's node process
+
+
+def raylet_gives_way(niceness: int, parent: int | None = None, proc: Path = PROC) -> int:
+    """Raise every thread of this process's parent, if it is Ray's raylet (the parent of
+    every worker of its node), to at least `niceness`; returns how many were raised.
+
+    The workers the raylet starts, and the threads it starts later, inherit the niceness.
+    Raising another process's niceness needs no privilege when it runs as the same user, as
+    a replica and its raylet do. Any other parent (a test, a driver) is left as it is."""
+    pid = os.getppid() if parent is None else parent
+    try:
+        command = (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return 0
+    if command != RAYLET_COMMAND:
+        logger.info("parent %d is %r, not Ray's raylet: its niceness left as it is", pid, command)
+        return 0
+    return give_way(niceness, tasks=proc / str(pid) / "task")

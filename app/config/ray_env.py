@@ -34,10 +34,11 @@ SERVE_PROCESS_ENV: dict[str, str] = {
 }
 
 # How many worker processes the node's raylet starts at once (Ray's default: one per CPU).
-# A worker starts at niceness 0, the raylet's (the interpreter, then `import ray`, twice when
+# A worker starts at the raylet's niceness (the interpreter, then `import ray`, twice when
 # it has a runtime_env: about 2 CPU-s on a 2-core host), and drops to Ray's worker niceness
-# only once it runs, while the serving replicas run at 19 (app.adapters.cpu_priority): a
-# starting worker then weighs 68 times a serving thread. With one start per core, a
+# only once it runs, while the serving replicas run at 19 (app.adapters.cpu_priority). At
+# Ray's 0 a starting worker weighed 68 times a serving thread (the replicas now raise the
+# raylet to 15: raylet_gives_way, 2.4 times). With one start per core at 0, a
 # `serve deploy` of a new version on a 2-core node took both cores from the replicas serving
 # the other versions for about a second: in the release walkthrough of tests/e2e a game-route
 # login was refused by the edge at budget + 100 ms in 3 runs of 3 (2026-11-27); starting one

@@ -74,6 +74,13 @@ class Settings(BaseSettings):
     # its gRPC and Ray threads at 0; at 19 the replicas give way to the edge's refusals when
     # a burst finds the cores busy scoring. 0 leaves every thread as Ray started it.
     replica_niceness: int = Field(default=19, ge=0, le=19)
+    # The node's raylet, the parent of every Ray worker, runs at least this nice once a
+    # replica started there (app.adapters.cpu_priority.raylet_gives_way), and so does each
+    # worker it starts until the worker's own code runs: a replacement replica's first
+    # CPU-second then weighs 2.4 times a serving replica's thread instead of 68. Ray's own
+    # worker niceness (15): above it, Ray's workers could not go back down to theirs.
+    # 0 leaves the raylet as Ray started it.
+    raylet_niceness: int = Field(default=15, ge=0, le=15)
 
     artifacts_root: Path = Field(default_factory=_default_artifacts_root)
     # The model store (app.adapters.model_store): published versions under

@@ -1,4 +1,5 @@
-"""Deployed replicas give way on the CPU to Serve's own processes (app.adapters.cpu_priority)."""
+"""Deployed replicas give way on the CPU to Serve's own processes, and have their node's raylet
+start workers at Ray's worker niceness (app.adapters.cpu_priority)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ PROC = Path("/proc")
 CONTROLLER = "SERVE_CONTROLLER_ACTOR"  # Serve's name for its controller actor
 
 
-def actor_pid(name: str) -> int:
-    """The pid of one named actor of this test's Ray instance (not of any other on the host)."""
+def actor_pid(name: str, parent: bool = False) -> int:
+    """The pid of one named actor of this test's Ray instance (not of any other on the host),
+    or of its parent process."""
     import ray
 
     actor = ray.get_actor(name, namespace="serve")
-    return ray.get(actor.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
+    which = os.getppid if parent else os.getpid
+    return ray.get(actor.__ray_call__.remote(lambda _self: which()), timeout=60)
 
 
 def thread_niceness(pid: int) -> list[int]:
@@ -53,3 +56,20 @@ def test_every_replica_thread_runs_nicer_than_serves_controller(serve_app):
         assert set(thread_niceness(actor_pid(name))) == {niceness}, name
     # Only the replicas moved: Serve's controller keeps threads below them.
     assert min(thread_niceness(actor_pid(CONTROLLER))) < niceness
+
+
+@pytest.mark.skipif(not PROC.joinpath("self", "task").is_dir(), reason="Linux /proc")
+def test_the_raylet_that_starts_the_replicas_runs_at_rays_worker_niceness(serve_app):
+    """Every worker the raylet starts runs Ray's setup_worker.py at the raylet's niceness
+    before its own code: a replacement replica's first CPU-second must not outrank the
+    replicas serving beside it 68 to 1 (app.adapters.cpu_priority.raylet_gives_way)."""
+    import ray
+
+    supervisor = next(
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP_NAME}#")
+    )
+    raylet = actor_pid(supervisor, parent=True)
+    assert (PROC / str(raylet) / "comm").read_text().strip() == "raylet"
+    assert set(thread_niceness(raylet)) == {Settings().raylet_niceness}

@@ -1,4 +1,5 @@
-"""A replica's threads give way on the CPU: each raised to the niceness asked, never lowered.
+"""A replica's threads, and its node's raylet, give way on the CPU: each raised to the niceness
+asked, never lowered.
 
 Each case runs in a child process of its own: niceness is per thread and cannot be lowered
 again without privilege, so the test process itself is never touched.
@@ -7,14 +8,16 @@ again without privilege, so the test process itself is never touched.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from app.adapters.cpu_priority import give_way, start_niced
+from app.adapters.cpu_priority import give_way, raylet_gives_way, start_niced
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -118,3 +121,63 @@ def test_paths_with_spaces_are_quoted_for_the_shell(monkeypatch):
     assert start_niced(19, python="/opt/my env/bin/python") == {
         "py_executable": "/usr/bin/nice -n 19 '/opt/my env/bin/python'"
     }
+
+
+def niceness_of_every_thread(pid: int) -> set[int]:
+    values = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            values.add(os.getpriority(os.PRIO_PROCESS, int(task.name)))
+        except ProcessLookupError:
+            continue
+    return values
+
+
+@pytest.fixture
+def parent_named(tmp_path):
+    """Start a process whose command is the given name (a copy of `sleep`), as the parent a
+    replica would find; stopped by its own handle."""
+    started: list[subprocess.Popen] = []
+
+    def start(name: str) -> int:
+        program = tmp_path / name
+        shutil.copy(shutil.which("sleep") or "/bin/sleep", program)
+        started.append(subprocess.Popen([str(program), "60"]))
+        pid = started[-1].pid
+        # Popen may return before the child's exec shows in /proc (it reads "python" a
+        # moment after, under load): wait for the name a replica would read.
+        comm = Path(f"/proc/{pid}/comm")
+        for _ in range(500):
+            if comm.read_text().strip() == name[:15]:
+                return pid
+            time.sleep(0.01)
+        raise AssertionError(f"{program} never showed as {name!r} in {comm}")
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait(timeout=10)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux per-thread niceness")
+def test_the_raylet_parent_is_raised_to_the_niceness_asked(parent_named):
+    raylet = parent_named("raylet")
+    # The child starts at this process's niceness; the target is above it.
+    start = os.getpriority(os.PRIO_PROCESS, 0)
+    target = start + 3
+    assert target <= 19, f"this test needs to run below niceness 17, not at {start}"
+    assert niceness_of_every_thread(raylet) == {start}
+    assert raylet_gives_way(target, parent=raylet) >= 1
+    assert niceness_of_every_thread(raylet) == {target}
+    # Never lowered: a second replica asking less leaves it where it is.
+    assert raylet_gives_way(target - 1, parent=raylet) == 0
+    assert niceness_of_every_thread(raylet) == {target}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux per-thread niceness")
+def test_a_parent_that_is_not_a_raylet_or_is_gone_is_left_alone(parent_named):
+    other = parent_named("pytest-driver")
+    before = niceness_of_every_thread(other)
+    assert raylet_gives_way(15, parent=other) == 0
+    assert niceness_of_every_thread(other) == before
+    assert raylet_gives_way(15, parent=2**22 + 1) == 0  # above Linux's pid_max: no such process
