@@ -17,7 +17,7 @@ from app.core.admission import (
     OVERLOADED_DETAIL,
     AdmissionGate,
     EdgeArrival,
-    parse_request_start,
+    waited_since,
 )
 from app.core.online.offer_service import BudgetSpentBeforeStart, OfferService, UnknownGame
 
@@ -46,8 +46,9 @@ async def answer_routed_login(
     router waits for the reply only the budget it gave plus the hop back, so the hop in (the
     handle's queue, this replica's busy loop) must come off the budget, not after it."""
     bound = gate.max_in_flight
-    sent = None if sent_at_unix_s is None else repr(sent_at_unix_s)
-    transit_s = parse_request_start(sent, time.time()) or 0.0
+    transit_s = 0.0
+    if sent_at_unix_s is not None:
+        transit_s = waited_since(sent_at_unix_s, time.time()) or 0.0
     arrival = EdgeArrival(
         started=time.perf_counter() - transit_s, waited_before_ms=transit_s * 1000.0
     )

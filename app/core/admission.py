@@ -149,7 +149,13 @@ def parse_request_start(value: str | None, now_unix_s: float) -> float | None:
         stamp /= 1e6
     elif stamp > 1e11:  # milliseconds
         stamp /= 1e3
-    waited = now_unix_s - stamp
+    return waited_since(stamp, now_unix_s)
+
+
+def waited_since(sent_unix_s: float, now_unix_s: float) -> float | None:
+    """Seconds since a caller's wall-clock stamp of when it sent the request, or None when
+    the two clocks disagree by MAX_EDGE_WAIT_S or more (a stamp from another clock)."""
+    waited = now_unix_s - sent_unix_s
     if not -MAX_EDGE_WAIT_S < waited < MAX_EDGE_WAIT_S:
         return None
     return max(waited, 0.0)

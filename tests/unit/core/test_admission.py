@@ -4,7 +4,12 @@ import asyncio
 
 import pytest
 
-from app.core.admission import MAX_EDGE_WAIT_S, AdmissionGate, parse_request_start
+from app.core.admission import (
+    MAX_EDGE_WAIT_S,
+    AdmissionGate,
+    parse_request_start,
+    waited_since,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -107,3 +112,11 @@ def test_request_start_units_are_told_apart_by_magnitude(header, waited):
 )
 def test_unreadable_or_implausible_request_start_is_ignored(header):
     assert parse_request_start(header, NOW) is None
+
+
+def test_a_senders_float_stamp_reads_as_the_wait_since_it():
+    """The router stamps a routed login with its wall clock as a float (no header text)."""
+    assert waited_since(NOW - 0.25, NOW) == pytest.approx(0.25)
+    assert waited_since(NOW + 0.5, NOW) == 0.0  # a little skew ahead: no wait
+    assert waited_since(NOW - MAX_EDGE_WAIT_S - 1, NOW) is None
+    assert waited_since(NOW + 3600, NOW) is None
