@@ -76,21 +76,38 @@ class RouterConfig(BaseModel):
     queue_timeout_ms: float = Field(default=0.0, ge=0)
 
 
-def version_health(status: Any, ingress: str) -> dict[str, VersionHealth]:
-    """Serve's status (serve.status()) as each application's status and the RUNNING replicas
-    of its ingress deployment."""
+def read_serve_details() -> dict[str, Any]:
+    """Serve's details as its controller sends them: the dict the REST API serves as JSON.
+
+    Not `serve.status()`: that parses the same dict into pydantic models first, and their
+    validators cloudpickle each deployment's request router class. With six applications
+    (13 deployments) that took 258 ms of CPU per read here against 2.4 ms for the dict
+    (docs/runs/performance.md, run AA), in a thread whose GIL the router's event loop waits
+    for: an eighth of a core at the long interval, and half of one at the short interval,
+    while a version is down and its logins most need a fast refusal or a failover. It grows
+    with every application on the cluster, the other games' included."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client(raise_if_no_controller_running=False)
+    return client.get_serve_details() if client is not None else {}
+
+
+def version_health(details: dict[str, Any], ingress: str) -> dict[str, VersionHealth]:
+    """Serve's details (read_serve_details) as each application's status and the RUNNING
+    replicas of its ingress deployment."""
     return {
-        name: VersionHealth(_value(app.status), running_replicas(status, name, ingress))
-        for name, app in status.applications.items()
+        name: VersionHealth(_value(app.get("status", "")), running_replicas(details, name, ingress))
+        for name, app in (details.get("applications") or {}).items()
     }
 
 
-def running_replicas(status: Any, application: str, deployment: str) -> int:
-    """RUNNING replicas of one deployment in Serve's status (0 if it is not there)."""
-    app = status.applications.get(application)
-    found = app.deployments.get(deployment) if app is not None else None
-    replicas = found.replica_states if found is not None else {}
-    return sum(n for state, n in replicas.items() if _value(state) == "RUNNING")
+def running_replicas(details: dict[str, Any], application: str, deployment: str) -> int:
+    """RUNNING replicas of one deployment in Serve's details (0 if it is not there)."""
+    app = (details.get("applications") or {}).get(application) or {}
+    found = (app.get("deployments") or {}).get(deployment) or {}
+    return sum(
+        1 for replica in found.get("replicas") or () if _value(replica.get("state")) == "RUNNING"
+    )
 
 
 def _value(enum_or_str: Any) -> str:
@@ -105,11 +122,11 @@ class HandleBackend:
         applications: dict[str, str],
         ingress: str,
         own: tuple[str, str] | None = None,
-        read_status: Callable[[], Any] | None = None,
+        read_status: Callable[[], dict[str, Any]] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._applications = applications
-        self._read_status = read_status or serve.status
+        self._read_status = read_status or read_serve_details
         self._sleep = sleep
         # Called after each status read (the router's VersionLoad.refresh).
         self.on_read: Callable[[], None] = lambda: None
@@ -177,10 +194,10 @@ class HandleBackend:
     async def follow_status(self) -> None:
         while True:
             try:
-                status = await asyncio.to_thread(self._read_status)
-                self.health = version_health(status, self._ingress)
+                details = await asyncio.to_thread(self._read_status)
+                self.health = version_health(details, self._ingress)
                 if self._own is not None:
-                    self.routers = max(1, running_replicas(status, *self._own))
+                    self.routers = max(1, running_replicas(details, *self._own))
                 self.on_read()
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)

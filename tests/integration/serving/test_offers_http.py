@@ -96,6 +96,20 @@ def test_each_member_is_its_own_deployment(serve_app, tiny_version_dir):
     assert set(deployments) == {"supervisor"} | {f"member-{m.name}" for m in manifest.members}
 
 
+def test_the_routers_status_read_sees_the_running_replicas(serve_app, tiny_version_dir):
+    """The router's read of Serve's details (not serve.status(), which costs a hundred times
+    the CPU) against a live cluster: the shape its unit tests fake is the one Serve sends."""
+    from app.core.routing.offer_routing import VersionHealth
+    from app.serving.router import read_serve_details, running_replicas, version_health
+
+    app_name = f"{TEST_GAME}-{TEST_VERSION}"
+    details = read_serve_details()
+    assert version_health(details, "supervisor")[app_name] == VersionHealth("RUNNING", 1)
+    for member in load_manifest(tiny_version_dir).members:
+        assert running_replicas(details, app_name, f"member-{member.name}") == 1
+    assert running_replicas(details, app_name, "member-not-there") == 0
+
+
 def test_propensities_match_offline_computation(serve_app, tiny_version_dir, dynalite_server):
     """Serving and an offline recomputation from the same artifacts and stored features agree."""
     manifest = load_manifest(tiny_version_dir)

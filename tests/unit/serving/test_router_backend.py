@@ -1,4 +1,4 @@
-"""The router's view of its versions: Serve's status read as supervisor replicas that can
+"""The router's view of its versions: Serve's details read as supervisor replicas that can
 answer, and a version with none skipped without a call."""
 
 from __future__ import annotations
@@ -7,14 +7,9 @@ import asyncio
 import time
 
 import pytest
-from ray.serve._private.common import DeploymentStatus, DeploymentStatusTrigger, ReplicaState
+from ray.serve._private.common import DeploymentStatus, ReplicaState
 from ray.serve.exceptions import BackPressureError
-from ray.serve.schema import (
-    ApplicationStatus,
-    ApplicationStatusOverview,
-    DeploymentStatusOverview,
-    ServeStatus,
-)
+from ray.serve.schema import ApplicationStatus
 
 from app.core.routing.offer_routing import VersionHealth, VersionUnavailable
 from app.serving.router import (
@@ -30,24 +25,27 @@ pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 INGRESS = "supervisor"
 
 
-def deployment(status: DeploymentStatus, **replicas: int) -> DeploymentStatusOverview:
-    return DeploymentStatusOverview(
-        status=status,
-        status_trigger=DeploymentStatusTrigger.UNSPECIFIED,
-        replica_states={ReplicaState(k): n for k, n in replicas.items()},
-        message="",
-    )
+def deployment(status: DeploymentStatus, **replicas: int) -> dict:
+    """One deployment of Serve's details as the controller sends it (the fields read): its
+    states are Serve's enums, not their values."""
+    states = [ReplicaState(state) for state, n in replicas.items() for _ in range(n)]
+    return {
+        "status": status,
+        "replicas": [{"replica_id": f"r{i}", "state": s} for i, s in enumerate(states)],
+    }
 
 
-def application(status: ApplicationStatus, **deployments) -> ApplicationStatusOverview:
-    return ApplicationStatusOverview(
-        status=status, message="", last_deployed_time_s=0.0, deployments=deployments
-    )
+def application(status: ApplicationStatus, **deployments) -> dict:
+    return {"status": status, "message": "", "deployments": deployments}
 
 
-def test_serve_status_is_read_as_running_supervisor_replicas():
-    status = ServeStatus(
-        applications={
+def details(applications: dict) -> dict:
+    return {"applications": applications}
+
+
+def test_serve_details_are_read_as_running_supervisor_replicas():
+    status = details(
+        {
             # One of three supervisors killed, the third not placeable: UNHEALTHY, 1 running.
             "g-2026-11": application(
                 ApplicationStatus.UNHEALTHY,
@@ -136,8 +134,8 @@ def test_a_full_handle_queue_is_an_overload_refusal_not_a_failure():
 
 
 def test_the_routers_view_of_replicas_for_its_share_of_each_version():
-    status = ServeStatus(
-        applications={
+    status = details(
+        {
             "g-2026-11": application(
                 ApplicationStatus.RUNNING,
                 supervisor=deployment(DeploymentStatus.HEALTHY, RUNNING=2, STOPPING=1),
@@ -157,11 +155,11 @@ def test_the_routers_view_of_replicas_for_its_share_of_each_version():
     assert b.replicas("2026-11") == 2
 
 
-def serve_status(supervisors_running: int) -> ServeStatus:
+def serve_status(supervisors_running: int) -> dict:
     app_status = ApplicationStatus.RUNNING if supervisors_running else ApplicationStatus.DEPLOYING
     replicas = {"RUNNING": supervisors_running} if supervisors_running else {"STARTING": 2}
-    return ServeStatus(
-        applications={
+    return details(
+        {
             "g-2026-11": application(
                 app_status, supervisor=deployment(DeploymentStatus.UPDATING, **replicas)
             )
