@@ -14,7 +14,7 @@ import pytest
 import requests
 from aiohttp import web
 
-from app.local.processes import free_port
+from app.local.processes import free_port, log_tail
 from loadtest.harness.haproxy_admin import HAProxyAdmin
 from tests.integration.edge.test_queue_cap import (
     APP,
@@ -61,22 +61,29 @@ def test_a_replica_in_maint_gets_no_login_until_it_is_ready_again(tmp_path):
     config = tmp_path / "haproxy.cfg"
     config.write_text(rendered_by_ray(tmp_path, http_port, first, second))
     loop, runners = replicas([first, second])
-    haproxy = subprocess.Popen(
-        [str(get_haproxy_binary()), "-db", "-f", str(config)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "haproxy.log"
+    with log.open("wb") as out:
+        haproxy = subprocess.Popen(
+            [str(get_haproxy_binary()), "-db", "-f", str(config)], stdout=out, stderr=out
+        )
     try:
         url = f"http://127.0.0.1:{http_port}/galaxy-raiders/2026-11/v1/offers"
         deadline = time.monotonic() + 30
+        seen: set[int] | str = "no answer"
         # HAProxy listening, both servers up: leastconn then spreads sequential logins.
         while True:
+            # It failed once in CI without saying why (2026-11-28): now it says.
+            assert haproxy.poll() is None, f"HAProxy exited: {log_tail(log)}"
             try:
-                if answered_by(url, 6) == {first, second}:
+                seen = answered_by(url, 6)
+                if seen == {first, second}:
                     break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "HAProxy never sent logins to both replicas"
+            except requests.ConnectionError as exc:
+                seen = f"{type(exc).__name__}: {exc}"
+            assert time.monotonic() < deadline, (
+                f"HAProxy never sent logins to both replicas ({first}, {second}); last: "
+                f"{seen}; its log: {log_tail(log)}"
+            )
             time.sleep(0.2)
 
         admin = HAProxyAdmin.of([psutil.Process(haproxy.pid)])
