@@ -80,7 +80,7 @@ def read_serve_details() -> dict[str, Any]:
     """Serve's details as its controller sends them: the dict the REST API serves as JSON.
 
     Not `serve.status()`: that parses the same dict into pydantic models first, and their
-    validators cloudpickle each deployment's request router class. With six applications
+    validators cloudpickle each deployment's request router class. With five applications
     (13 deployments) that took 258 ms of CPU per read here against 2.4 ms for the dict
     (docs/runs/performance.md, run AA), in a thread whose GIL the router's event loop waits
     for: an eighth of a core at the long interval, and half of one at the short interval,

@@ -97,7 +97,7 @@ def test_each_member_is_its_own_deployment(serve_app, tiny_version_dir):
 
 
 def test_the_routers_status_read_sees_the_running_replicas(serve_app, tiny_version_dir):
-    """The router's read of Serve's details (not serve.status(), which costs a hundred times
+    """The router's read of Serve's details (not serve.status(), which cost 23-107 times
     the CPU) against a live cluster: the shape its unit tests fake is the one Serve sends."""
     from app.core.routing.offer_routing import VersionHealth
     from app.serving.router import read_serve_details, running_replicas, version_health
