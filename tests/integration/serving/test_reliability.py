@@ -81,6 +81,8 @@ class BackgroundLoad:
     out: Path
     rate: float
     seconds: int
+    # How long the fault makes every answer take, when it does (a slow member: the budget).
+    answer_s: float = 0.0
 
     def __post_init__(self) -> None:
         url = urlsplit(self.base)
@@ -105,11 +107,20 @@ class BackgroundLoad:
     def result(self) -> LoadResult:
         return self._future.result()
 
+    def planned_logins(self) -> float:
+        """What the users send in `seconds`: each waits for its answer (answer_s), then a
+        mean 1 / user_rps. At answer_s = 0 that is rate x seconds. A class whose every login
+        takes the 1000 ms budget gets about half of it at rate 9 and a third at rate 20, so
+        measuring it against rate x seconds failed on any host answering over 30/s and by
+        chance below (2026-11-28, CI: 41 of 45 at rate 9)."""
+        mean_wait_s = LOAD_USERS / self.rate
+        return LOAD_USERS * self.seconds / (mean_wait_s + self.answer_s)
+
     def assert_every_request_ended_in_time(self) -> None:
         result = self.result()
         responses = result.outcomes["responses"]
-        # The load ran (locust's users wait for their answers: a slow one lowers the rate).
-        assert result.requests >= self.rate * self.seconds / 2, result
+        # The load ran: at least half of what its users would send at this answer time.
+        assert result.requests >= self.planned_logins() / 2, result
         assert responses["no_answer"] == 0, result.outcomes
         assert responses["http_5xx"] == 0, result.outcomes
         assert responses["late"] == 0, result.outcomes
@@ -224,7 +235,11 @@ class TestWithASlowMember:
     def test_slow_member_is_left_out_and_the_rest_aggregated(
         self, serve_app, load_rate, slow_member, tmp_path
     ):
-        with BackgroundLoad(serve_app, tmp_path / "locust", load_rate, seconds=10) as load:
+        # No straggler grace here: every login waits the budget for the slow member.
+        load = BackgroundLoad(
+            serve_app, tmp_path / "locust", load_rate, seconds=10, answer_s=BUDGET_MS / 1000
+        )
+        with load:
             time.sleep(3)
             body = offer(serve_app, player_id(3)).json()
             load.result()
