@@ -114,6 +114,30 @@ def _value(enum_or_str: Any) -> str:
     return str(getattr(enum_or_str, "value", enum_or_str))
 
 
+def replicas_the_handle_sees(handle: DeploymentHandle[Any]) -> int | None:
+    """How many replicas the handle's own router would send a call to now, or None where it
+    cannot say (no call through it yet, or the controller never told it of a running one).
+
+    The handle learns a replica died from its own calls (each that the dead replica held
+    fails, and so does a routing attempt's probe of it) before the controller notices and
+    the router's next status read shows it: about a second after every supervisor of a
+    version was killed the handle sees none, while the status still says RUNNING. A call
+    made then is held by the handle until a replacement runs, seconds later: the login waited
+    out its try's share of the budget before another version was tried (make reliability,
+    version_down, run AB: 44-149 logins a run rerouted on a timeout, up to 87 refused).
+
+    Reads Serve's private router state (ray 2.60: the request router's `curr_replicas`);
+    if that shape changes this says None and the router falls back on the status read, and
+    tests/integration/serving/test_offers_http.py fails on it."""
+    if not handle.running_replicas_populated():
+        return None
+    request_router = getattr(
+        getattr(handle._router, "_asyncio_router", None), "_request_router", None
+    )
+    replicas = getattr(request_router, "curr_replicas", None)
+    return len(replicas) if isinstance(replicas, dict) else None
+
+
 class HandleBackend:
     """Versions reached through handles to their supervisors, skipped while none can answer."""
 
@@ -148,9 +172,12 @@ class HandleBackend:
         why = unavailable_reason(self.health.get(app)) if self.health else None
         if why is not None:
             raise VersionUnavailable(f"application {app}: {why}")
+        handle = self._handles[version]
+        if replicas_the_handle_sees(handle) == 0:
+            raise VersionUnavailable(f"application {app}: every supervisor this router knew died")
         try:
             # Stamped as it leaves: the version's budget runs from here (app.api.routed_login).
-            reply: dict[str, Any] = await self._handles[version].route_offer.remote(
+            reply: dict[str, Any] = await handle.route_offer.remote(
                 payload, request_id, wait_ms, time.time()
             )
         except BackPressureError as exc:

@@ -305,6 +305,41 @@ def test_killed_member_replica_neither_hangs_nor_fails_requests_and_rejoins(
     assert replica_actor_names(APP_NAME, f"member-{victim}") != {name}
 
 
+def test_a_handle_sees_no_supervisor_once_a_call_met_the_dead_one(serve_app):
+    """What the game router fails over on while Serve's status still says RUNNING
+    (app.serving.router.replicas_the_handle_sees), against live Serve: the replicas a handle
+    would send to, read from Serve's private router state. A call sent after the version's
+    only supervisor was killed meets the dead replica: from then the handle sees none, and
+    holds the call until the replacement runs (what the router no longer waits for)."""
+    import ray
+    from ray import serve
+
+    from app.serving.router import replicas_the_handle_sees
+
+    handle = serve.get_deployment_handle("supervisor", APP_NAME)
+    login = {"player_id": player_id(6), "game": TEST_GAME}
+    assert replicas_the_handle_sees(handle) is None  # no call through it yet
+
+    def route() -> dict:
+        return handle.route_offer.remote(login, None, 0.0, time.time()).result(timeout_s=60)
+
+    assert route()["status"] == 200
+    assert replicas_the_handle_sees(handle) == 1
+    [name] = replica_actor_names(APP_NAME, "supervisor")
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    sent = time.monotonic()
+    held = handle.route_offer.remote(login, None, 0.0, time.time())
+    wait_until(lambda: replicas_the_handle_sees(handle) == 0, "the handle seeing none", 30.0, 0.01)
+    # The handle held the call past its budget, until the replacement ran: the replacement
+    # refuses it as too late, and the handle sees the replacement.
+    answer = held.result(timeout_s=60)
+    assert time.monotonic() - sent > BUDGET_MS / 1000
+    assert answer["status"] == 503, answer
+    assert replicas_the_handle_sees(handle) == 1
+    assert replica_actor_names(APP_NAME, "supervisor") != {name}
+    wait_until(lambda: offer(serve_app, player_id(7)).status_code == 200, "the route", 60.0)
+
+
 def test_feature_store_outage_gives_flagged_fallbacks_then_recovers(
     serve_app, load_rate, dynalite_server, tmp_path
 ):

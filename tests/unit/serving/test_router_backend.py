@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from types import SimpleNamespace
 
 import pytest
 from ray.serve._private.common import DeploymentStatus, ReplicaState
@@ -69,12 +70,26 @@ def test_serve_details_are_read_as_running_supervisor_replicas():
 
 
 class Handle:
-    def __init__(self, raises: Exception | None = None) -> None:
+    """A supervisor handle; `sees`: the replicas its router would send to (Serve's private
+    shape, which tests/integration/serving/test_reliability.py checks live), None: not told
+    of any running one yet."""
+
+    def __init__(self, raises: Exception | None = None, sees: int | None = None) -> None:
         self.calls = 0
         self.route_offer = self
         self.raises = raises
         self.waits = []
         self.sent_at = []
+        self._router = None
+        if sees is not None:
+            replicas = {f"replica-{i}": object() for i in range(sees)}
+            request_router = SimpleNamespace(curr_replicas=replicas)
+            self._router = SimpleNamespace(
+                _asyncio_router=SimpleNamespace(_request_router=request_router)
+            )
+
+    def running_replicas_populated(self) -> bool:
+        return self._router is not None
 
     async def remote(self, payload, request_id, wait_ms, sent_at_unix_s):
         self.calls += 1
@@ -118,6 +133,24 @@ def test_a_version_with_a_live_supervisor_is_called(health):
 def test_a_version_with_no_supervisor_is_skipped_without_a_call(health, said):
     b, handle = backend(health)
     with pytest.raises(VersionUnavailable, match=said):
+        asyncio.run(b.offer("2026-11", {}, None))
+    assert handle.calls == 0
+
+
+@pytest.mark.parametrize("sees", [None, 1, 2], ids=["not-told-yet", "one", "two"])
+def test_a_version_whose_handle_sees_a_supervisor_is_called(sees):
+    b, _ = backend({"g-2026-11": VersionHealth("RUNNING", 2)})
+    handle = b._handles["2026-11"] = Handle(sees=sees)  # type: ignore[assignment]
+    assert asyncio.run(b.offer("2026-11", {}, None))["status"] == 200
+    assert handle.calls == 1
+
+
+def test_a_version_whose_handle_saw_every_supervisor_die_is_skipped_before_the_status_says():
+    """Serve's status still says two running (the controller has not noticed yet), but the
+    handle's own calls met both dead: a call now would be held until a replacement runs."""
+    b, _ = backend({"g-2026-11": VersionHealth("RUNNING", 2)})
+    handle = b._handles["2026-11"] = Handle(sees=0)  # type: ignore[assignment]
+    with pytest.raises(VersionUnavailable, match="every supervisor this router knew died"):
         asyncio.run(b.offer("2026-11", {}, None))
     assert handle.calls == 0
 
