@@ -154,6 +154,9 @@ class HandleBackend:
         self._sleep = sleep
         # Called after each status read (the router's VersionLoad.refresh).
         self.on_read: Callable[[], None] = lambda: None
+        # Called with each version a status read shows up after the read before showed it
+        # down (the router's OfferRouter.version_up).
+        self.on_up: Callable[[str], None] = lambda version: None
         self._ingress = ingress
         # (application, deployment) of the router itself: its replicas share the versions.
         self._own = own
@@ -218,14 +221,32 @@ class HandleBackend:
                 return STATUS_POLL_UNAVAILABLE_S
         return STATUS_POLL_S
 
+    def _came_up(
+        self, before: dict[str, VersionHealth], after: dict[str, VersionHealth]
+    ) -> list[str]:
+        """The versions `before` showed unable to answer and `after` shows able (none on the
+        first read: nothing was shown down yet)."""
+        if not before:
+            return []
+        return [
+            version
+            for version, app in self._applications.items()
+            if unavailable_reason(before.get(app)) is not None
+            and unavailable_reason(after.get(app)) is None
+        ]
+
     async def follow_status(self) -> None:
         while True:
             try:
                 details = await asyncio.to_thread(self._read_status)
-                self.health = version_health(details, self._ingress)
+                health = version_health(details, self._ingress)
+                came_up = self._came_up(self.health, health)
+                self.health = health
                 if self._own is not None:
                     self.routers = max(1, running_replicas(details, *self._own))
                 self.on_read()
+                for version in came_up:
+                    self.on_up(version)
             except Exception as exc:  # noqa: BLE001 - keep the last known status; retry
                 logger.warning("could not read Serve's application status: %s", exc)
                 await self._sleep(STATUS_POLL_S)
@@ -252,7 +273,7 @@ class VersionRouter:
         self._idle = IdleCpu()
         version_load = VersionLoad(backend.replicas, lambda: backend.routers)
         backend.on_read = version_load.refresh
-        self._router = OfferRouter(
+        router = self._router = OfferRouter(
             VersionSplit(config.game, self._versions, config.knobs.weights),
             self._backend,
             budget_ms=config.knobs.request_budget_ms,
@@ -263,6 +284,7 @@ class VersionRouter:
             meter=self._load,
             queue_timeout_ms=config.queue_timeout_ms,
         )
+        backend.on_up = router.version_up
         self._api_key_sha256 = get_settings().api_key_sha256
         self._status_task = asyncio.get_event_loop().create_task(self._backend.follow_status())
 

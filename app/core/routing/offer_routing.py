@@ -154,6 +154,11 @@ class OfferRouter:
         self._budget_ms = budget_ms
         self._reserve_ms = failover_reserve_ms
 
+    def version_up(self, version: str) -> None:
+        """Serve's status shows the version up again after showing it down: its breaker
+        closes (VersionBreaker.up_again)."""
+        self._breaker.up_again(version)
+
     async def route(
         self, payload: dict[str, Any], request_id: str | None, *, waited_ms: float = 0.0
     ) -> RoutedReply:

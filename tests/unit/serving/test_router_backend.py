@@ -289,3 +289,14 @@ def test_a_status_read_that_fails_is_retried_at_the_long_interval():
 
     b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=unreachable)
     assert asyncio.run(follow_status_for(b, 2)) == [STATUS_POLL_S, STATUS_POLL_S]
+
+
+def test_a_version_the_status_shows_down_then_up_is_told_to_the_router_once():
+    """The read after the one that showed it deploying (or with every supervisor dead) says
+    it came up; reads that show it up all along, and the first read of all, say nothing."""
+    reads = iter([serve_status(2), serve_status(0), serve_status(2), serve_status(2)])
+    came_up: list[tuple[int, str]] = []
+    b = HandleBackend({"2026-11": "g-2026-11"}, INGRESS, read_status=lambda: next(reads))
+    b.on_up = lambda version: came_up.append((b.replicas(version), version))
+    asyncio.run(follow_status_for(b, 4))
+    assert came_up == [(2, "2026-11")]  # told after the view that shows it up is in place

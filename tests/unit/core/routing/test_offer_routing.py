@@ -283,6 +283,33 @@ def test_once_the_status_says_a_tripped_version_is_down_its_skips_say_unavailabl
     assert [v for v, _ in backend.calls] == ["stable"]
 
 
+def test_a_version_the_status_shows_up_again_takes_failovers_without_a_probe():
+    """The stable version tripped while it deployed (Serve's status said no supervisor ran)
+    and only the canary's players log in: none of them ever probes stable. Once the status
+    shows stable up, a canary login failing over goes there, and so does the next one (the
+    probe, taken by the first, would have turned the second away: a 503)."""
+    clock = [0.0]
+    backend = Backend({"stable": VersionUnavailable("deploying"), "canary": OK})
+    breaker = VersionBreaker(trip_after=3, open_s=1.0, clock=lambda: clock[0])
+    weights = {"stable": 50, "canary": 50}
+    r, _ = router(backend, weights, budget_ms=400, reserve_ms=150, breaker=breaker)
+    split = VersionSplit(GAME, ["stable", "canary"], weights)
+    of_stable = next(f"p{i}" for i in range(100) if split.assign(f"p{i}") == "stable")
+    of_canary = next(f"p{i}" for i in range(100) if split.assign(f"p{i}") == "canary")
+    for _ in range(3):
+        assert route(r, of_stable).body["rerouted_reason"] == "unavailable"
+    assert breaker.is_open("stable")
+    clock[0] += 5.0
+    backend.behaviour = {"stable": OK, "canary": RuntimeError("every supervisor died")}
+    r.version_up("stable")
+    backend.calls.clear()
+    for _ in range(2):
+        reply = route(r, of_canary)
+        assert (reply.status, reply.body["version"]) == (200, "stable")
+        assert reply.body["rerouted_reason"] == "failed"
+    assert [v for v, _ in backend.calls] == ["canary", "stable"] * 2
+
+
 def test_timeouts_of_logins_with_little_budget_left_do_not_trip_a_version():
     """Under load, logins that arrive with a tight caller deadline time out on a healthy
     version; that must not send the version's players elsewhere."""

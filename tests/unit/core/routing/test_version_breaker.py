@@ -102,3 +102,15 @@ def test_a_failure_says_whether_it_opened_the_breaker():
     breaker.succeeded("v")
     assert breaker.failed("v", "failed") is False
     assert breaker.failed("v", "failed") is True  # closed, then opened again
+
+
+def test_a_version_up_again_is_closed_without_a_probe():
+    clock = [0.0]
+    b = VersionBreaker(trip_after=1, open_s=1.0, clock=lambda: clock[0])
+    assert b.failed("v1", "unavailable")
+    assert b.skip_reason("v1") == "unavailable"
+    b.up_again("v1")
+    assert not b.is_open("v1") and b.skip_reason("v1") is None
+    assert b.claim("v1") is None and b.claim("v1") is None  # no probe: every login goes
+    b.up_again("v2")  # never tripped: nothing to close
+    assert b.skip_reason("v2") is None
