@@ -384,8 +384,9 @@ class OfferRouter:
                     raise TimeoutError
         except VersionUnavailable as exc:
             # Counted like a failure: once Serve's status says the version is down, the
-            # logins the breaker skips are flagged with that, not with what tripped it.
-            self._failed(version, "unavailable")
+            # logins the breaker skips are flagged with that, not with what tripped it. It
+            # opens the breaker at once: nothing of the version can answer.
+            self._failed(version, "unavailable", down=True)
             self._problems.record(f"{version}: unavailable", str(exc))
             return "unavailable"
         except TimeoutError:
@@ -460,9 +461,9 @@ class OfferRouter:
             tripped = self._tripped[version] = loop.create_future()
         return tripped
 
-    def _failed(self, version: str, reason: str) -> None:
+    def _failed(self, version: str, reason: str, *, down: bool = False) -> None:
         """Tell the breaker; if that opened it, every try waiting on the version stops."""
-        if self._breaker.failed(version, reason):
+        if self._breaker.failed(version, reason, down=down):
             tripped = self._tripped.pop(version, None)
             if tripped is not None and not tripped.done():
                 tripped.set_result(reason)

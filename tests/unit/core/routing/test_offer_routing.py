@@ -685,6 +685,42 @@ def test_a_version_whose_breaker_stays_closed_keeps_its_tries_waiting():
     assert (failed.answered, failed.reason) == ("stable", "failed")
 
 
+def test_a_version_found_down_ends_the_tries_held_on_it_at_once():
+    """The first login after every supervisor died is held by the handle (it routed to a
+    dead replica); the next finds the handle sees none (VersionUnavailable). That alone
+    opens the breaker, with trip_after 3 and the quiet time not over (the version answered
+    a moment ago): the held try goes to the other version at once."""
+    held_sent = asyncio.Event()
+    clock = [0.0]
+
+    class HandleSawThemDie(Backend):
+        async def offer(self, version, payload, request_id, wait_ms=0.0):
+            if version == "stable":
+                return await super().offer(version, payload, request_id, wait_ms)
+            self.calls.append((version, payload["deadline_ms"]))
+            if payload["player_id"] == "p1":
+                held_sent.set()
+                await asyncio.sleep(60)  # held until a replacement runs
+            raise VersionUnavailable("every supervisor this router knew died")
+
+    backend = HandleSawThemDie({"stable": OK})
+    breaker = VersionBreaker(trip_after=3, open_s=60.0, quiet_s=0.5, clock=lambda: clock[0])
+    breaker.succeeded("canary")  # it answered just now: the quiet time has not passed
+    r, _ = router(backend, budget_ms=20_000, reserve_ms=1_000, breaker=breaker)
+
+    async def scenario():
+        held = asyncio.create_task(r.route({"player_id": "p1", "game": GAME}, None))
+        await held_sent.wait()
+        found_down = await r.route({"player_id": "p2", "game": GAME}, None)
+        return await asyncio.wait_for(held, timeout=10), found_down
+
+    held, found_down = asyncio.run(scenario())
+    assert (found_down.answered, found_down.reason) == ("stable", "unavailable")
+    # Not the 19 s its try had on the canary: the breaker opened on the one unavailable.
+    assert (held.answered, held.reason) == ("stable", "unavailable")
+    assert breaker.is_open("canary")
+
+
 def test_a_login_waiting_for_a_slot_skips_a_version_whose_breaker_opened_meanwhile():
     """The version is full for this router, so the second login waits for a slot. The
     first login's try fails and opens the breaker; the slot it gives back must not send the

@@ -114,3 +114,13 @@ def test_a_version_up_again_is_closed_without_a_probe():
     assert b.claim("v1") is None and b.claim("v1") is None  # no probe: every login goes
     b.up_again("v2")  # never tripped: nothing to close
     assert b.skip_reason("v2") is None
+
+
+def test_a_version_found_down_opens_at_once_whatever_the_count_and_quiet_time():
+    clock = [0.0]
+    b = VersionBreaker(trip_after=3, open_s=1.0, quiet_s=0.5, clock=lambda: clock[0])
+    b.succeeded("v1")  # an answer just now
+    assert not b.failed("v1", "timeout")  # a guess from silence: counted, still closed
+    assert b.failed("v1", "unavailable", down=True)
+    assert b.skip_reason("v1") == "unavailable"
+    assert not b.failed("v1", "unavailable", down=True)  # already open
