@@ -127,8 +127,8 @@ def replicas_the_handle_sees(handle: DeploymentHandle[Any]) -> int | None:
     version_down, run AB: 44-149 logins a run rerouted on a timeout, up to 87 refused).
 
     Reads Serve's private router state (ray 2.60: the request router's `curr_replicas`);
-    if that shape changes this says None and the router falls back on the status read, and
-    tests/integration/serving/test_offers_http.py fails on it."""
+    if that shape changes this says None and the router falls back on the status read and
+    its breaker, and tests/integration/serving/test_reliability.py fails on it."""
     if not handle.running_replicas_populated():
         return None
     request_router = getattr(

@@ -8,13 +8,15 @@ budget before another version could answer, and those that could not fit into wh
 were refused after more than a second. The breaker cuts that to the logins already in flight
 when the version went down.
 
-Closed: every login is tried. After `trip_after` logins in a row failed, timed out or found
-it unavailable (Serve's status), with nothing answered from the version for `quiet_s`, open:
-the version is skipped, flagged with the reason of the latest failure. The first login sent
-to it after `open_s` goes through as a probe while the others keep skipping; the first
-answer from the version (any reply, a 503 included: an overloaded version is up) closes
-the breaker, and a failure opens it again for `open_s` (a silent version is probed about
-every open_s plus its share of the budget). Probes are paced by time, not by their
+Closed: every login is tried. After `trip_after` logins in a row failed or timed out, with
+nothing answered from the version for `quiet_s`, open: the version is skipped, flagged with
+the reason of the latest failure. One login that finds it unavailable (Serve's status, or
+the router's handle having seen every supervisor die) opens it at once. The first login
+sent to it after `open_s` goes through as a probe while the others keep skipping; the first
+answer from the version (any reply, a 503 included: an overloaded version is up), or a
+status read showing it up after one showing it down, closes the breaker, and a failure
+opens it again for `open_s` (a silent version is probed about every open_s plus its share
+of the budget). Probes are paced by time, not by their
 outcome, so a probe whose caller went away (cancelled, never reported) cannot keep the
 version skipped.
 """
