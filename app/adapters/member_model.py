@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from app.adapters.heap import release_freed_heap
 from app.adapters.onnx_members import FusedMembers
 from app.contract.artifacts import LoadedArtifact, load_artifact
 from app.contract.manifest import Fidelity, MemberEntry, Runtime
@@ -202,6 +203,8 @@ def load_group(
     group = MemberGroupModel(parts, order=[e.name for e in entries])
     if fidelity is not None:
         check_fidelity(group, fidelity)
+    # The protos, the fused graph and the parsers' buffers are garbage now (app.adapters.heap).
+    release_freed_heap()
     return group
 
 
