@@ -108,12 +108,22 @@ def test_a_member_without_a_compiled_form_is_scored_natively_in_the_same_group(v
     manifest = edit_manifest(version, uncompiled)
     group = load_group(manifest.members, version, "onnx", manifest.fidelity)
     assert group.runtimes["logreg-all"] == "native"
-    assert {group.runtimes[e.name] for e in manifest.members if e.name != "logreg-all"} == {
-        "onnx"
-    }
+    assert {group.runtimes[e.name] for e in manifest.members if e.name != "logreg-all"} == {"onnx"}
     # Rows come back in the manifest's member order, whatever part scored them.
     rows = np.asarray(manifest.fidelity.rows, dtype=np.float32)
     scores = group.score(rows)
     for i, entry in enumerate(manifest.members):
         expected = np.asarray(manifest.fidelity.scores[entry.name])
         assert np.max(np.abs(scores[i] - expected)) <= 1e-6, entry.name
+
+
+def test_a_loaded_group_returns_its_load_s_garbage_to_the_os(version, monkeypatch):
+    """The heap is trimmed once the group is built and checked (app.adapters.heap): the
+    parsed protos and the fused graph are garbage by then, not before."""
+    import app.adapters.member_model as member_model
+
+    calls: list[str] = []
+    monkeypatch.setattr(member_model, "release_freed_heap", lambda: calls.append("trim"))
+    manifest = load_manifest(version)
+    group = load_group(manifest.members, version, "onnx", manifest.fidelity)
+    assert calls == ["trim"] and len(group.parts) == 1
