@@ -31,7 +31,8 @@ the edge needs. This module adds, to the config Serve wrote:
   be refused, on a host whose cores are busy with the logins admitted;
 - a second, adaptive cap below it: the room the replicas measure they can drain within the
   queue's wait (X-Offers-Queue-Room on their answers, app.core.service_time_limit), kept
-  in a process-wide variable per application, times the replicas up (`room_rules`);
+  in a process-wide variable per application, times the replicas up (`room_rules`); one
+  no answer refreshed within the queue's wait counts as one login per replica;
 - `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
   it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
@@ -66,17 +67,29 @@ RETRY_AFTER_RULE = (
 )
 
 
-def room_rules(var: str) -> list[str]:
+def room_rules(var: str, fresh_ms: int) -> list[str]:
     """The adaptive queue cap: the room the application's replicas last reported (per
     replica, X-Offers-Queue-Room), times the replicas HAProxy has up. A login that finds that
     many waiting is refused at once. Until a replica has reported, the variable is unset,
-    the arithmetic fails, the rule does not match, and the static cap alone applies."""
+    the arithmetic fails, the rule does not match, and the static cap alone applies.
+
+    A room no answer refreshed for `fresh_ms` (the queue's wait: the time it is a forecast
+    for) is stale: it says what the host drained when the replicas last answered, and a host
+    that slowed while idle (neighbours, throttling) sends no answer to correct it. A burst
+    let into the queue on it waited out `timeout queue` to be refused (run AF: 74 logins at
+    755-777 ms). Stale, it counts as the least room a replica reports, one login waiting per
+    replica, until the burst's first answers bring the room measured now."""
+    at = f"{var}_at"
+    reported = f"{{ res.hdr({ROOM_HEADER}) -m found }}"
     return [
-        f"http-response set-var({var}) res.hdr_val({ROOM_HEADER}) "
-        f"if {{ res.hdr({ROOM_HEADER}) -m found }}",
+        f"http-response set-var({var}) res.hdr_val({ROOM_HEADER}) if {reported}",
+        f"http-response set-var({at}) date(0,ms) if {reported}",
         f"http-response del-header {ROOM_HEADER}",
         "http-request set-var(txn.offers_servers) nbsrv",
         f"http-request set-var(txn.offers_room) var({var}),mul(txn.offers_servers)",
+        f"http-request set-var(txn.offers_room_age) date(0,ms),sub({at})",
+        "http-request set-var(txn.offers_room) var(txn.offers_servers) "
+        f"if {{ var(txn.offers_room_age) -m int gt {fresh_ms} }}",
         "http-request set-var(txn.offers_over) queue,sub(txn.offers_room)",
         "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }",
     ]
@@ -265,7 +278,7 @@ def _backend(
     out = [f"    {line}" for line in ours.values()]
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
-    out += [f"    {rule}" for rule in room_rules(room_var)]
+    out += [f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms)]
     # A 503 from behind HAProxy without Retry-After (Serve's proxy answers one while it
     # finds no replica: DeploymentUnavailableError) gets the application's, as every
     # refusal of the service does; one that carries its own keeps it.

@@ -245,6 +245,38 @@ def test_the_room_a_replica_reports_caps_the_queue_below_the_static_cap(tmp_path
     assert sorted(s for s, *_ in answers) == [200] + [503] * 4
 
 
+def test_a_room_no_answer_refreshed_within_the_queue_wait_counts_as_one_per_replica(tmp_path):
+    """The replica measured room for 8, then answered nothing for longer than the queue's
+    wait: the host may have slowed meanwhile, and the room no longer says what it drains.
+    With the slot held, one login waits (the least room a replica reports) and the others
+    are refused at once; a room reported just before (the test above) is honoured."""
+    wait_ms = 2_000
+
+    async def scenario():
+        edge_limits = limits(max_queued=10, queue_timeout_ms=wait_ms)
+        async with running_edge(tmp_path, edge_limits) as (session, url, arrived, release, _):
+            reported = await post(session, url, {"room": "8"})
+            await asyncio.sleep(1.25 * wait_ms / 1000)  # no answer since
+            held = asyncio.create_task(post(session, url, {}))
+            await asyncio.wait_for(arrived.wait(), timeout=30)
+            logins = [asyncio.create_task(post(session, url, {})) for _ in range(5)]
+            refused = []
+            for answered in asyncio.as_completed(logins, timeout=wait_ms / 2000):
+                refused.append(await answered)
+                if len(refused) == 4:
+                    break
+            waiting = sum(not t.done() for t in logins)
+            release.set()
+            await held
+            return reported, refused, waiting, await asyncio.gather(*logins)
+
+    reported, refused, waiting, answers = asyncio.run(scenario())
+    assert reported[0] == 200
+    assert waiting == 1, "one login waited: a stale room counts as one per replica"
+    assert {(s, h.get("Retry-After")) for s, h, _ in refused} == {(503, "3")}
+    assert sorted(s for s, *_ in answers) == [200] + [503] * 4
+
+
 def test_a_login_nothing_answers_within_the_answer_timeout_is_refused_then(tmp_path):
     """Serve's proxy (or a stuck replica) holding a login past budget + 100 ms: HAProxy
     answers the service's 503 while the replica still holds it, not a late answer."""

@@ -155,14 +155,21 @@ def test_the_replicas_reported_room_is_a_second_cap_per_application(rendered, tm
         body = section(out, f"backend {backend_name(app)}")
         static = next(i for i, s in enumerate(body) if s.startswith("http-request deny"))
         stored = [s for s in body if s.startswith("http-response set-var(proc.")]
-        assert len(stored) == 1 and "res.hdr_val(x-offers-queue-room)" in stored[0]
-        variable = stored[0].split("(")[1].split(")")[0]
+        assert len(stored) == 2, stored  # the room and when it was reported
+        room_store = next(s for s in stored if "res.hdr_val(x-offers-queue-room)" in s)
+        variable = room_store.split("(")[1].split(")")[0]
+        assert f"http-response set-var({variable}_at) date(0,ms) if " in "\n".join(stored)
         variables.add(variable)
         assert "-" not in variable  # HAProxy's variable names take none
         room = f"http-request set-var(txn.offers_room) var({variable}),mul(txn.offers_servers)"
         adaptive = "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }"
         first_server = next(i for i, s in enumerate(body) if s.startswith("server "))
-        assert static < body.index(room) < body.index(adaptive) < first_server
+        # Stale after the queue's wait (the time the room is a forecast for): one per replica.
+        stale = (
+            "http-request set-var(txn.offers_room) var(txn.offers_servers) "
+            f"if {{ var(txn.offers_room_age) -m int gt {EDGE.backends[app].queue_timeout_ms} }}"
+        )
+        assert static < body.index(room) < body.index(stale) < body.index(adaptive) < first_server
         # The header is the edge's business: the caller never sees it.
         assert "http-response del-header x-offers-queue-room" in body
     assert len(variables) == 2, "each application keeps its own room"
