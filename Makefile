@@ -73,11 +73,11 @@ batch: serve-setup
 batch-bench: setup
 	$(BIN)/python -m loadtest.batch_bench $(BATCH_BENCH_ARGS)
 
-# The whole suite and lint (tests/__main__.py): the Ray-cluster and timed tests in the
-# foreground; `make lint` and the `untimed` tests beside them at SCHED_IDLE, on the CPU the
-# clusters leave. CI runs `make test`, so the layer rules and mypy strict are checked there
-# too. `PYTEST_ARGS` (a selection, `-x`, ...) runs one pytest with them instead, no lint.
-test: setup
+# Lint first: CI runs `make test`, so the layer rules and mypy strict are checked there too.
+# Two pytest processes (tests/__main__.py): the Ray-cluster and timed tests in the
+# foreground, the `untimed` ones beside them at SCHED_IDLE. `PYTEST_ARGS` (a selection,
+# `-x`, ...) runs one pytest with them instead.
+test: lint
 	$(BIN)/python -m tests $(PYTEST_ARGS)
 
 # The ensemble against legacy and the process pool in interleaved rounds; report in

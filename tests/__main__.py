@@ -13,11 +13,6 @@
 The versions the tests serve are trained first, once, in this process: their manifests
 record predict costs measured at training, which a frozen process would inflate.
 
-Lint (`make lint`: ruff, mypy strict, the import-linter contracts) runs beside all of it
-under SCHED_IDLE too, from the start: it needs no trained model, and the 15-25 s of CPU a
-cold mypy takes come out of the time training and the clusters leave the cores idle. Its
-output is printed at the end, and a lint failure fails the run.
-
 Given pytest arguments (`make test PYTEST_ARGS=...`), one pytest runs them as given: a
 selection is run the way it was asked for.
 """
@@ -30,15 +25,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
 
 from app.local.processes import PROJECT_ROOT, default_sigint
 
 BESIDE = "untimed and not ray_cluster"
-# `-o setup`: `make test` has set up already; the checks only (no install beside the tests).
-LINT = ("make", "--no-print-directory", "-o", "setup", "lint")
 FOREGROUND = f"not ({BESIDE})"
 STOP_GRACE_S = 60.0
 INTERRUPTED = 130  # a shell's exit code after SIGINT; pytest's own is 2
@@ -69,21 +60,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-
-
-def _beside(
-    args: Sequence[str], log: IO[bytes], cwd: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """A child at SCHED_IDLE, its output to `log`, in a session of its own: Ctrl-C at the
-    terminal reaches the foreground only, and _stop() ends this one's whole tree."""
-    return subprocess.Popen(
-        args,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_idle_class,
-        start_new_session=True,
-        cwd=cwd,
-    )
 
 
 def _train_test_versions() -> None:
@@ -118,35 +94,33 @@ def main(argv: list[str]) -> int:
     if argv:
         return subprocess.call(_pytest(*argv))
     started = time.monotonic()
+    _train_test_versions()
     with tempfile.TemporaryDirectory(prefix="offers-tests-") as folder:
-        lint_log, beside_log = Path(folder) / "lint.log", Path(folder) / "beside.log"
-        with lint_log.open("wb") as lint_out, beside_log.open("wb") as beside_out:
-            lint = _beside(LINT, lint_out, cwd=PROJECT_ROOT)
+        log_path = Path(folder) / "beside.log"
+        with log_path.open("wb") as log:
+            # A session of its own: Ctrl-C at the terminal reaches the foreground only, and
+            # _stop() ends this one's whole tree. No cache: two processes would race on it.
+            beside = subprocess.Popen(
+                _pytest("-m", BESIDE, "-p", "no:cacheprovider"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_idle_class,
+                start_new_session=True,
+            )
             try:
-                _train_test_versions()
-                # No cache: two pytest processes would race on it.
-                beside = _beside(_pytest("-m", BESIDE, "-p", "no:cacheprovider"), beside_out)
-                try:
-                    foreground = _wait_out(subprocess.Popen(_pytest("-m", FOREGROUND)))
-                    beside_rc = _wait_out(beside) if foreground != INTERRUPTED else INTERRUPTED
-                finally:
-                    _stop(beside)
-                lint_rc = _wait_out(lint) if foreground != INTERRUPTED else INTERRUPTED
+                foreground = _wait_out(subprocess.Popen(_pytest("-m", FOREGROUND)))
+                beside_rc = _wait_out(beside) if foreground != INTERRUPTED else INTERRUPTED
             finally:
-                _stop(lint)
-        for title, log_path in (
-            ("lint (SCHED_IDLE)", lint_log),
-            ("the tests beside the clusters (SCHED_IDLE)", beside_log),
-        ):
-            print(f"\n{'=' * 30} {title} {'=' * 30}", flush=True)
-            sys.stdout.write(log_path.read_text(errors="replace"))
+                _stop(beside)
+        print(f"\n{'=' * 30} the tests beside the clusters (SCHED_IDLE) {'=' * 30}", flush=True)
+        sys.stdout.write(log_path.read_text(errors="replace"))
     minutes, seconds = divmod(round(time.monotonic() - started), 60)
     print(
-        f"\nlint: exit {lint_rc}; foreground (-m '{FOREGROUND}'): exit {foreground}; beside "
-        f"(-m '{BESIDE}'): exit {beside_rc}; the whole suite took {minutes}:{seconds:02d}",
+        f"\nforeground (-m '{FOREGROUND}'): exit {foreground}; beside (-m '{BESIDE}'): "
+        f"exit {beside_rc}; the whole suite took {minutes}:{seconds:02d}",
         flush=True,
     )
-    return foreground or beside_rc or lint_rc
+    return foreground or beside_rc
 
 
 if __name__ == "__main__":

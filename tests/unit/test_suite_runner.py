@@ -3,7 +3,6 @@ they end, or when Ctrl-C reaches it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -63,23 +62,3 @@ def test_stopping_the_tests_beside_ends_them_with_ctrl_c_so_their_teardown_runs(
     _stop(child)  # type: ignore[arg-type]
     assert child.returncode == 2
     assert child.stdout.read().strip() == "tore down"
-
-
-def test_the_lint_beside_the_tests_runs_every_check_and_installs_nothing():
-    """`make test` has set up already: the lint child runs the checks of `make lint` only."""
-    from app.local.processes import PROJECT_ROOT
-    from tests.__main__ import LINT
-
-    # The dependencies' stamp missing: a `setup` it ran would print its install.
-    dry = subprocess.run(
-        [LINT[0], "--dry-run", *LINT[1:], "PY_STAMP=/nonexistent/stamp"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "MAKEFLAGS": ""},
-    )
-    commands = dry.stdout.splitlines()
-    for check in ("ruff check", "mypy", "lint-imports"):
-        assert any(check in line for line in commands), dry.stdout
-    assert not any("install_deps" in line or "npm ci" in line for line in commands), dry.stdout
