@@ -186,8 +186,8 @@ HOP_CPU_MS = 1.0
 # timeout in a burst.
 FIXED_MAX_QUEUED = 16
 # Where the supervisors report the room they drain (adaptive admission), the static cap is
-# only a ceiling: it bounds the queue until they have measured, and stays above what they
-# report under load (about 45 logins a replica at ~180 logins/s, 2026-11-27).
+# only a ceiling, above what they report under load (about 45 logins a replica at ~180
+# logins/s, 2026-11-27); before they have measured they report the least room, 1.
 ADAPTIVE_MAX_QUEUED = 128
 
 
@@ -320,8 +320,8 @@ class AdmissionConfig(StrictModel):
         "wait (the logins ahead, over the replicas' rate) and makes every other refusal of "
         "an overload immediate. Default (null): 16 where the replicas report no room (a "
         "router, or adaptive false), and 128 where they do: there the room they report (the "
-        "rate they drain over the queue's wait) is the bound, and this cap only holds until "
-        "they have measured it.",
+        "rate they drain over the queue's wait; 1 until they have measured it) is the bound, "
+        "and this cap a ceiling.",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:

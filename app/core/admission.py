@@ -65,7 +65,8 @@ class AdmissionGate:
         return self.limit.bound if self.limit is not None else self._ceiling
 
     def queue_room(self) -> int | None:
-        """Logins that may wait at the edge for this replica (None: not measured yet)."""
+        """Logins that may wait at the edge for this replica (None: a fixed bound reports
+        none, and HAProxy's static cap holds the queue)."""
         return self.limit.queue_room() if self.limit is not None else None
 
     def try_enter(self) -> bool:

@@ -24,8 +24,13 @@ admitted took (admission to the answer's last byte) and derives both numbers fro
   they were refused at the queue's timeout (run Q, 2026-11-27: refusal p99 670 ms against
   a floor of 133). HAProxy reads it from each answer's
   `X-Offers-Queue-Room` header (app.edge) and refuses a login at once when the queue holds
-  that many per live replica; until a replica has measured `MIN_SAMPLES` logins it sends
-  none, and HAProxy's static cap (`admission.edge_max_queued`) is the only bound.
+  that many per live replica. The room is measured over the logins answered within the
+  last budget only: until a replica has `MIN_SAMPLES` of those it reports the least room,
+  one login, and HAProxy counts one per replica too once the room it holds is older than
+  the queue's wait (app.edge). Admission opens the queue on evidence: a fixed first cap
+  (`admission.edge_max_queued`, 128) let a burst right after a start queue on a host that
+  could not drain it, refused at the queue's timeout (AI, 2026-11-29: 75 logins at
+  ≥ 500 ms). That cap is now only a ceiling.
 
 The service share is the budget left after the edge queue's allowance: a login may wait up
 to `queue_wait_s` and must still be answered within the budget. Nothing here is a host
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -61,6 +67,7 @@ class ServiceTimeLimit:
         queue_wait_s: float,
         loop_lag_s: Callable[[], float],
         window: int = WINDOW,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ceiling < 1:
             raise ValueError(f"ceiling must be at least 1, got {ceiling}")
@@ -73,6 +80,9 @@ class ServiceTimeLimit:
         self._samples: deque[float] = deque(maxlen=max(window, 2 * ceiling))
         # The logins held as each of those left (itself included): Little's law's L.
         self._held: deque[int] = deque(maxlen=self._samples.maxlen)
+        # When each of those left: the room counts only the recent ones.
+        self._at: deque[float] = deque(maxlen=self._samples.maxlen)
+        self._clock = clock
         self._since_cut = 0
         # Logins still in flight at the last cut: they were let in under the old bound, so
         # their answers do not judge the new one.
@@ -98,6 +108,7 @@ class ServiceTimeLimit:
         service_s = max(service_s, 0.0)
         self._samples.append(service_s)
         self._held.append(max(in_flight, 1))
+        self._at.append(self._clock())
         if self._admitted_before_cut > 0:
             self._admitted_before_cut -= 1
         else:
@@ -128,12 +139,21 @@ class ServiceTimeLimit:
         ordered = sorted(recent)
         return ordered[max(0, math.ceil(0.9 * len(ordered)) - 1)]
 
-    def queue_room(self) -> int | None:
-        """Logins that may wait at the edge for this replica, or None before it measured."""
-        if len(self._samples) < MIN_SAMPLES:
-            return None
-        mean_s = statistics.fmean(self._samples)
+    def queue_room(self) -> int:
+        """Logins that may wait at the edge for this replica: 1 while it has not answered
+        MIN_SAMPLES logins within the last budget (the least room it reports).
+
+        Only those: a login older than a budget ended before any login now waiting arrived,
+        and it may describe another host. A host slowed while idle (neighbours started,
+        throttled) would otherwise answer a burst's first logins with the room it drained
+        before (the window holds 64 logins, mostly old ones), and HAProxy let the burst
+        queue on it, to be refused at the queue's timeout (AH, 2026-11-29: 511 ms against a
+        floor of 225)."""
+        since = self._clock() - self.budget_s
+        logins = zip(self._samples, self._held, self._at, strict=True)
+        recent = [(s, h) for s, h, at in logins if at >= since]
+        mean_s = statistics.fmean(s for s, _ in recent) if len(recent) >= MIN_SAMPLES else 0.0
         if mean_s <= 0:
-            return None
-        rate = statistics.fmean(self._held) / mean_s
+            return 1
+        rate = statistics.fmean(h for _, h in recent) / mean_s
         return max(1, math.floor(rate * self.queue_wait_s * QUEUE_FILL))

@@ -92,7 +92,7 @@ def test_past_the_bound_the_refusal_goes_out_without_touching_the_slots():
     assert (gate.in_flight, gate.refused) == (1, 1)
 
 
-def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
+def test_answers_tell_the_edge_the_least_room_until_the_replica_has_measured():
     from app.core.service_time_limit import MIN_SAMPLES, ServiceTimeLimit
 
     limit = ServiceTimeLimit(ceiling=1, budget_s=1.0, queue_wait_s=0.5, loop_lag_s=lambda: 0.0)
@@ -106,11 +106,11 @@ def test_answers_tell_the_edge_the_queue_room_once_the_replica_has_measured():
     middleware = AdmissionMiddleware(answer(b"{}"), gate=gate, retry_after_s=1)
     for _ in range(MIN_SAMPLES):
         asyncio.run(middleware(dict(SCOPE), receive, send))
-    # Every login answered was timed; the room comes once there are enough of them.
-    assert headers[:MIN_SAMPLES] == [None] * MIN_SAMPLES
+    # Every login answered was timed; until there are enough of them the room is 1.
+    assert headers[:MIN_SAMPLES] == [b"1"] * MIN_SAMPLES
     gate.try_enter()  # the slot held: the next login is refused, and says the room too
     asyncio.run(middleware(dict(SCOPE), receive, send))
-    assert headers[-1] is not None and int(headers[-1]) >= 1
+    assert headers[-1] is not None and int(headers[-1]) > 1  # microsecond logins: deep
     assert gate.refused == 1
 
 
@@ -131,8 +131,8 @@ def test_only_answered_logins_teach_the_bound_their_service_time():
 
     for status in (401, 413, 422, 503) * MIN_SAMPLES:
         run(answering(status))
-    assert limit.queue_room() is None  # nothing learned from them
+    assert limit.queue_room() == 1  # nothing learned from them: the least room
     for _ in range(MIN_SAMPLES):
         run(answering(200))
-    assert limit.queue_room() is not None
+    assert limit.queue_room() > 1
     assert gate.in_flight == 0

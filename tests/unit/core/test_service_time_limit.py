@@ -38,11 +38,15 @@ def run(lim: ServiceTimeLimit, logins: int, service_s: float) -> None:
         lim.record(service_s, in_flight=lim.bound)
 
 
-def test_before_it_measured_the_bound_is_the_ceiling_and_the_edge_gets_no_room():
+def test_before_it_measured_the_bound_is_the_ceiling_and_the_edge_gets_the_least_room():
     lim = limit()
-    run(lim, MIN_SAMPLES - 1, 0.9)
+    assert lim.queue_room() == 1
+    for _ in range(MIN_SAMPLES - 1):
+        lim.record(0.001, in_flight=1)  # however fast: not yet evidence
     assert lim.bound == CEILING
-    assert lim.queue_room() is None
+    assert lim.queue_room() == 1
+    lim.record(0.001, in_flight=1)
+    assert lim.queue_room() == int(1 / 0.001 * QUEUE_WAIT_S * QUEUE_FILL)
 
 
 def shared_cpu(lim: ServiceTimeLimit, rounds: int, cpu_s: float) -> None:
@@ -204,3 +208,32 @@ def test_logins_late_while_the_loop_idles_do_not_cut_the_bound():
     loop.lag_s = 0.1  # the same lateness with the loop behind: the replica is the limit
     run(lim, CEILING, 0.95)
     assert lim.bound < CEILING
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_room_counts_only_the_logins_answered_within_the_last_budget():
+    """A replica that drained fast, then served nothing while its host slowed: it reports the
+    least room until it has answered MIN_SAMPLES logins on the slowed host, and then the room
+    of those alone, not of a window still full of the fast ones."""
+    clock = Clock()
+    lim = ServiceTimeLimit(
+        ceiling=CEILING, budget_s=BUDGET_S, queue_wait_s=QUEUE_WAIT_S, loop_lag_s=Loop(),
+        clock=clock,
+    )  # fmt: skip
+    for _ in range(56):
+        lim.record(0.010, in_flight=1)
+    assert lim.queue_room() == int(1 / 0.010 * QUEUE_WAIT_S * QUEUE_FILL)
+
+    clock.now += BUDGET_S + 0.001  # idle for a budget
+    assert lim.queue_room() == 1
+    for _ in range(MIN_SAMPLES - 1):
+        lim.record(0.040, in_flight=1)  # the host 4x slower
+    assert lim.queue_room() == 1
+    lim.record(0.040, in_flight=1)
+    assert lim.queue_room() == int(1 / 0.040 * QUEUE_WAIT_S * QUEUE_FILL)
