@@ -214,28 +214,34 @@ def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_pa
     assert sorted(status for status, *_ in answers) == [200] * QUEUED + [503] * BEYOND
 
 
+async def burst_behind_a_held_slot(edge: Edge, logins: int, refusals: int, within_s: float):
+    """The replica's one slot held by a login, then `logins` more at once: the first
+    `refusals` answered within `within_s` (only HAProxy can answer while the slot is held),
+    how many were still waiting then, and every answer once the slot was freed."""
+    held = asyncio.create_task(post(edge.session, edge.url, {}))
+    await asyncio.wait_for(edge.arrived.wait(), timeout=30)
+    tasks = [asyncio.create_task(post(edge.session, edge.url, {})) for _ in range(logins)]
+    refused = []
+    for answered in asyncio.as_completed(tasks, timeout=within_s):
+        refused.append(await answered)
+        if len(refused) == refusals:
+            break
+    waiting = sum(not t.done() for t in tasks)
+    edge.release.set()
+    await held
+    return refused, waiting, await asyncio.gather(*tasks)
+
+
 def test_the_room_a_replica_reports_caps_the_queue_below_the_static_cap(tmp_path):
     """The static cap allows 10 waiting; the replica measured room for 1. With its slot
     held, one login waits and every other is refused at once. The header stays inside."""
     static = 10
 
     async def scenario():
-        async with running_edge(tmp_path, limits(max_queued=static)) as (
-            session, url, arrived, release, _,
-        ):  # fmt: skip
-            reported = await post(session, url, {"room": "1"})
-            held = asyncio.create_task(post(session, url, {}))
-            await asyncio.wait_for(arrived.wait(), timeout=30)
-            logins = [asyncio.create_task(post(session, url, {})) for _ in range(5)]
-            refused = []
-            for answered in asyncio.as_completed(logins, timeout=QUEUE_TIMEOUT_MS / 2000):
-                refused.append(await answered)
-                if len(refused) == 4:
-                    break
-            waiting = sum(not t.done() for t in logins)
-            release.set()
-            await held
-            return reported, refused, waiting, await asyncio.gather(*logins)
+        async with running_edge(tmp_path, limits(max_queued=static)) as edge:
+            reported = await post(edge.session, edge.url, {"room": "1"})
+            burst = await burst_behind_a_held_slot(edge, 5, 4, QUEUE_TIMEOUT_MS / 2000)
+            return reported, *burst
 
     reported, refused, waiting, answers = asyncio.run(scenario())
     status, headers, _ = reported
@@ -254,21 +260,11 @@ def test_a_room_no_answer_refreshed_within_the_queue_wait_counts_as_one_per_repl
 
     async def scenario():
         edge_limits = limits(max_queued=10, queue_timeout_ms=wait_ms)
-        async with running_edge(tmp_path, edge_limits) as (session, url, arrived, release, _):
-            reported = await post(session, url, {"room": "8"})
+        async with running_edge(tmp_path, edge_limits) as edge:
+            reported = await post(edge.session, edge.url, {"room": "8"})
             await asyncio.sleep(1.25 * wait_ms / 1000)  # no answer since
-            held = asyncio.create_task(post(session, url, {}))
-            await asyncio.wait_for(arrived.wait(), timeout=30)
-            logins = [asyncio.create_task(post(session, url, {})) for _ in range(5)]
-            refused = []
-            for answered in asyncio.as_completed(logins, timeout=wait_ms / 2000):
-                refused.append(await answered)
-                if len(refused) == 4:
-                    break
-            waiting = sum(not t.done() for t in logins)
-            release.set()
-            await held
-            return reported, refused, waiting, await asyncio.gather(*logins)
+            burst = await burst_behind_a_held_slot(edge, 5, 4, wait_ms / 2000)
+            return reported, *burst
 
     reported, refused, waiting, answers = asyncio.run(scenario())
     assert reported[0] == 200
