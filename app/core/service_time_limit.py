@@ -152,7 +152,9 @@ class ServiceTimeLimit:
         since = self._clock() - self.budget_s
         logins = zip(self._samples, self._held, self._at, strict=True)
         recent = [(s, h) for s, h, at in logins if at >= since]
-        mean_s = statistics.fmean(s for s, _ in recent) if len(recent) >= MIN_SAMPLES else 0.0
+        if len(recent) < MIN_SAMPLES:
+            return 1
+        mean_s = statistics.fmean(s for s, _ in recent)
         if mean_s <= 0:
             return 1
         rate = statistics.fmean(h for _, h in recent) / mean_s
