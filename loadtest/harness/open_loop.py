@@ -17,8 +17,9 @@ import asyncio
 import gc
 import json
 import random
+import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -109,6 +110,15 @@ def constant_rate(rps: float, seconds: float) -> list[float]:
     return [i / rps for i in range(int(rps * seconds))]
 
 
+def constant_rate_until(rps: float, stop: threading.Event) -> Iterator[float]:
+    """Send times (s) of an open-loop run at a fixed rate until `stop` is set: for a load
+    that must cover an event whose time is not known in advance (it is read at each send)."""
+    i = 0
+    while not stop.is_set():
+        yield i / rps
+        i += 1
+
+
 def burst(n: int, at_s: float = 0.0) -> list[float]:
     return [at_s] * n
 
@@ -158,7 +168,7 @@ def _session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=False))
 
 
-async def open_loop(caller: Caller, schedule: Sequence[float], players: PlayerPicker) -> list[Shot]:
+async def open_loop(caller: Caller, schedule: Iterable[float], players: PlayerPicker) -> list[Shot]:
     """Send one login at each offset of `schedule` (seconds from now), whatever the answers."""
     async with _session() as session:
         caller.started = time.monotonic()

@@ -354,7 +354,12 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     import asyncio
     import threading
 
-    from loadtest.harness.open_loop import Caller, constant_rate, open_loop, random_players
+    from loadtest.harness.open_loop import (
+        Caller,
+        constant_rate_until,
+        open_loop,
+        random_players,
+    )
 
     apps, *_ = deployed_cluster
     canary = next(a for a in apps if a.args.version == "2026-11")
@@ -377,15 +382,25 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
         cli("serve", "deploy", str(path), "--address", DASHBOARD)
 
     shots: list = []
+    sent = 0
+    stop = threading.Event()
+
+    def counted():  # the logins sent, each of which must end as one shot
+        nonlocal sent
+        for offset in constant_rate_until(8, stop):
+            sent += 1
+            yield offset
+
+    caller = Caller(f"{HTTP_BASE}{GAME_PREFIX}", "galaxy-raiders")
 
     def load() -> None:
-        caller = Caller(f"{HTTP_BASE}{GAME_PREFIX}", "galaxy-raiders")
-        shots.extend(asyncio.run(open_loop(caller, constant_rate(8, 20), random_players(PLAYERS))))
+        shots.extend(asyncio.run(open_loop(caller, counted(), random_players(PLAYERS))))
 
     driver = threading.Thread(target=load)
     driver.start()
     time.sleep(3)
     new_weights = {"2026-10": 50, "2026-11": 50}
+    deploy_at = time.monotonic()
     deploy({"quorum": 0.9, "member_weights": {"logreg-all": 0}}, new_weights)
     started = time.monotonic()
     # Every read of the canary's knobs (HAProxy spreads them over both replicas) and of the
@@ -408,9 +423,16 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
         "the new version weights",
     )
     applied_s = time.monotonic() - started
+    # The load runs on past the change (not for a fixed time that a slow host's change could
+    # outlast): logins from 3 s before the deploy to 2 s after every read showed it.
+    applied_at = time.monotonic()
+    time.sleep(2)
+    stop.set()
     driver.join()
 
-    assert len(shots) == 160
+    assert len(shots) == sent and sent >= 8 * 5
+    sent_at = sorted(caller.started + s.sent_s for s in shots)
+    assert sent_at[0] < deploy_at and sent_at[-1] > applied_at
     assert [s for s in shots if s.status != 200] == [], "errors during the live change"
     assert replica_pids(names) == before, "a replica restarted"
     assert applied_s < 30

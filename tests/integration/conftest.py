@@ -18,6 +18,7 @@ APP_NAME = f"{TEST_GAME}-{TEST_VERSION}"
 ROUTE_PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
 STORE_BUCKET = "offers-models"
 SUPERVISOR = deployments.SUPERVISOR
+NATIVE_APP = "native-runtime"
 
 # The applications of the session's cluster (serve_app): one declarative config.
 APPS = ServeApps()
@@ -89,6 +90,21 @@ def serve_app(tiny_version_dir, dynalite_server, batch_output_root, s3_server, m
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def native_app(serve_app, tiny_version_dir):
+    """Base URL of the integration application scored by each training library's own predict
+    (`runtime: native`), planned: every tiny member inline, one replica. One application for
+    every module that compares runtimes (test_peer_parity, test_member_placement): each
+    replica fewer is seconds of CPU on a 2-core host."""
+    base = serve_app.rsplit("/", 2)[0]  # http://host:port
+    args = app_args(tiny_version_dir, layout={"placement": "auto"}, runtime="native")
+    deploy(args, name=NATIVE_APP, route_prefix=f"/{NATIVE_APP}")
+    try:
+        yield f"{base}/{NATIVE_APP}"
+    finally:
+        undeploy(NATIVE_APP)
 
 
 def app_args(tiny_version_dir, **overrides) -> dict:

@@ -30,8 +30,6 @@ pytestmark = pytest.mark.integration
 
 LAYOUTS = {
     "grouped": {"groups": 2},
-    # The same members scored by each training library's own predict.
-    "native": {"placement": "auto", "runtime": "native"},
     # The tiny members cost a fraction of a hop: the plan scores them all in the supervisor.
     "planned": {"placement": "auto"},
     # Two places and no room for a member in series: the supervisor takes about half the
@@ -46,19 +44,17 @@ LAYOUTS = {
 
 
 @pytest.fixture(scope="module")
-def placed_apps(serve_app, tiny_version_dir):
+def placed_apps(serve_app, native_app, tiny_version_dir):
+    """Each layout's base URL, and "native": the same members scored by each training
+    library's own predict (planned, the session's application)."""
     base = serve_app.rsplit("/", 2)[0]  # http://host:port
     apps = {
-        f"placement-{name}": app_args(
-            tiny_version_dir,
-            layout={k: v for k, v in layout.items() if k != "runtime"},
-            runtime=layout.get("runtime", "onnx"),
-        )
+        f"placement-{name}": app_args(tiny_version_dir, layout=layout, runtime="onnx")
         for name, layout in LAYOUTS.items()
     }
     try:
         deploy_many(apps)
-        yield {name: f"{base}/placement-{name}" for name in LAYOUTS}
+        yield {**{name: f"{base}/placement-{name}" for name in LAYOUTS}, "native": native_app}
     finally:
         undeploy(*apps)
 

@@ -5,8 +5,9 @@ offer, propensity and expected revenue, the same fallbacks and the same validati
 Each peer is held to the ensemble scoring with its runtime: legacy and the pool call the
 native predicts (as users run them), `pool-compiled` the compiled members, as the shipped
 ensemble does; a second application of the same ensemble with `runtime: native` answers for
-the native ones. (Across runtimes the offers are the same and the propensities within the
-fidelity tolerance: tests/integration/serving/test_member_placement.py.)
+the native ones (the session's `native_app`, tests/integration/conftest.py). (Across
+runtimes the offers are the same and the propensities within the fidelity tolerance:
+tests/integration/serving/test_member_placement.py.)
 """
 
 from __future__ import annotations
@@ -18,28 +19,10 @@ from app.local.processes import free_port
 from loadtest.bench.peers import LegacySystem, PoolCompiledSystem, PoolSystem
 from models.population import player_id
 from tests.conftest import TEST_GAME, TEST_PLAYERS, TEST_TABLE, TEST_VERSION
-from tests.integration.conftest import app_args, deploy, undeploy
 
 pytestmark = pytest.mark.integration
 
 PREFIX = f"/{TEST_GAME}/{TEST_VERSION}"
-
-
-NATIVE_APP = "parity-native"
-
-
-@pytest.fixture(scope="module")
-def native_app(serve_app, tiny_version_dir):
-    """The integration application with `runtime: native`, beside the shipped one. Planned
-    (every tiny member inline: one replica to start, not five); where a member is scored
-    never changes its answer (test_member_placement)."""
-    base = serve_app.rsplit("/", 2)[0]  # http://host:port
-    args = app_args(tiny_version_dir, runtime="native", layout="auto")
-    deploy(args, name=NATIVE_APP, route_prefix=f"/{NATIVE_APP}")
-    try:
-        yield f"{base}/{NATIVE_APP}"
-    finally:
-        undeploy(NATIVE_APP)
 
 
 @pytest.fixture
