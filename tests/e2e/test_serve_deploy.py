@@ -25,6 +25,7 @@ import yaml
 from app.adapters.dynamodb import PARTITION_KEY, player_key
 from app.config.ray_env import ray_node_env
 from app.config.settings import Settings
+from app.contract.artifacts import ArtifactIntegrityError
 from app.contract.manifest import load_manifest
 from app.local.dynalite import Dynalite
 from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_free
@@ -790,8 +791,9 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
     deployed_cluster, tmp_path, tiny_version_dir
 ):
     """`serve deploy` of an application whose published version was altered in the store:
-    `serve status` shows it failed, naming the artifact and both hashes; every other
-    application keeps serving."""
+    `serve status` shows it failed, naming the integrity error, the artifact and both hashes;
+    every other application keeps serving. (The one test of a tampered version served: each
+    costs three failed replica starts.)"""
     from app.adapters.model_store import ModelStore
     from app.local.s3_server import local_s3_client
 
@@ -826,6 +828,7 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
     app = (status.get("applications") or {}).get("tampered-check") or {}
     assert app.get("status") == "DEPLOY_FAILED", app
     message = app.get("message", "")
+    assert ArtifactIntegrityError.__name__ in message, message
     assert entry.artifact in message and entry.sha256 in message, message
     assert hashlib.sha256(b"tampered").hexdigest() in message, message
     for app in apps:
