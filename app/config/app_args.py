@@ -187,7 +187,8 @@ HOP_CPU_MS = 1.0
 FIXED_MAX_QUEUED = 16
 # Where the supervisors report the room they drain (adaptive admission), the static cap is
 # only a ceiling, above what they report under load (about 45 logins a replica at ~180
-# logins/s, 2026-11-27); before they have measured they report the least room, 1.
+# logins/s, 2026-11-27); before they have measured they report the least room, 1, and
+# HAProxy counts 1 per replica while it holds no report (app.edge.haproxy_config.room_rules).
 ADAPTIVE_MAX_QUEUED = 128
 
 

@@ -26,11 +26,11 @@ admitted took (admission to the answer's last byte) and derives both numbers fro
   `X-Offers-Queue-Room` header (app.edge) and refuses a login at once when the queue holds
   that many per live replica. The room is measured over the logins answered within the
   last budget only: until a replica has `MIN_SAMPLES` of those it reports the least room,
-  one login, and HAProxy counts one per replica too once the room it holds is older than
-  the queue's wait (app.edge). Admission opens the queue on evidence: a fixed first cap
-  (`admission.edge_max_queued`, 128) let a burst right after a start queue on a host that
-  could not drain it, refused at the queue's timeout (AI, 2026-11-29: 75 logins at
-  ≥ 500 ms). That cap is now only a ceiling.
+  one login, and HAProxy counts one per replica too while it holds no room (it started,
+  or reloaded) or one older than the queue's wait (app.edge). Admission opens the queue on
+  evidence: a fixed first cap (`admission.edge_max_queued`, 128) let a burst right after a
+  start queue on a host that could not drain it, refused at the queue's timeout (AI,
+  2026-11-29: 75 logins at ≥ 500 ms). That cap is now only a ceiling.
 
 The service share is the budget left after the edge queue's allowance: a login may wait up
 to `queue_wait_s` and must still be answered within the budget. Nothing here is a host

@@ -70,15 +70,17 @@ RETRY_AFTER_RULE = (
 def room_rules(var: str, fresh_ms: int) -> list[str]:
     """The adaptive queue cap: the room the application's replicas last reported (per
     replica, X-Offers-Queue-Room), times the replicas HAProxy has up. A login that finds that
-    many waiting is refused at once. Until a replica has reported, the variable is unset,
-    the arithmetic fails, the rule does not match, and the static cap alone applies.
+    many waiting is refused at once.
 
-    A room no answer refreshed for `fresh_ms` (the queue's wait: the time it is a forecast
-    for) is stale: it says what the host drained when the replicas last answered, and a host
-    that slowed while idle (neighbours, throttling) sends no answer to correct it. A burst
-    let into the queue on it waited out `timeout queue` to be refused (run AF: 74 logins at
-    755-777 ms). Stale, it counts as the least room a replica reports, one login waiting per
-    replica, until the burst's first answers bring the room measured now."""
+    The queue opens on evidence. A room no answer refreshed for `fresh_ms` (the queue's
+    wait: the time it is a forecast for) is stale: it says what the host drained when the
+    replicas last answered, and a host that slowed while idle (neighbours, throttling) sends
+    no answer to correct it. A burst let into the queue on it waited out `timeout queue` to
+    be refused (run AF: 74 logins at 755-777 ms). Stale, it counts as the least room a
+    replica reports, one login waiting per replica, until the burst's first answers bring
+    the room measured now. A room never reported counts the same: HAProxy's variables start
+    empty when it starts and at every reload (Serve reloads it at each change of its
+    replicas), and the static cap let a burst then queue as deep as it allows."""
     at = f"{var}_at"
     reported = f"{{ res.hdr({ROOM_HEADER}) -m found }}"
     return [
@@ -86,6 +88,9 @@ def room_rules(var: str, fresh_ms: int) -> list[str]:
         f"http-response set-var({at}) date(0,ms) if {reported}",
         f"http-response del-header {ROOM_HEADER}",
         "http-request set-var(txn.offers_servers) nbsrv",
+        # The least room first: the next line leaves it when nothing was reported (a
+        # fetch of an unset variable fails, and set-var then sets nothing).
+        "http-request set-var(txn.offers_room) var(txn.offers_servers)",
         f"http-request set-var(txn.offers_room) var({var}),mul(txn.offers_servers)",
         f"http-request set-var(txn.offers_room_age) date(0,ms),sub({at})",
         "http-request set-var(txn.offers_room) var(txn.offers_servers) "

@@ -185,8 +185,13 @@ def limits(**changes) -> BackendLimits:
 
 
 def test_logins_beyond_the_queue_depth_are_refused_before_the_queued_ones(tmp_path):
+    """The static cap (`max_queued`): a ceiling over the room the replicas report."""
+
     async def scenario():
         async with running_edge(tmp_path, limits()) as (session, url, arrived, release, _):
+            # The replica measured room for more than the static cap lets wait.
+            reported = await post(session, url, {"room": str(10 * QUEUED)})
+            assert reported[0] == 200
             # The one slot, held: the replica has the login.
             held = asyncio.create_task(post(session, url, {}))
             await asyncio.wait_for(arrived.wait(), timeout=30)
@@ -269,6 +274,22 @@ def test_a_room_no_answer_refreshed_within_the_queue_wait_counts_as_one_per_repl
     reported, refused, waiting, answers = asyncio.run(scenario())
     assert reported[0] == 200
     assert waiting == 1, "one login waited: a stale room counts as one per replica"
+    assert {(s, h.get("Retry-After")) for s, h, _ in refused} == {(503, "3")}
+    assert sorted(s for s, *_ in answers) == [200] + [503] * 4
+
+
+def test_a_room_never_reported_counts_as_one_per_replica(tmp_path):
+    """No answer since HAProxy started (the service starting, or a reload: Serve's
+    HAProxy restarts with every change of its replicas, and its variables start empty):
+    nothing was measured, so with the slot held one login waits, as for a stale room, and
+    the others are refused at once, not queued to the static cap's 10."""
+
+    async def scenario():
+        async with running_edge(tmp_path, limits(max_queued=10)) as edge:
+            return await burst_behind_a_held_slot(edge, 5, 4, QUEUE_TIMEOUT_MS / 2000)
+
+    refused, waiting, answers = asyncio.run(scenario())
+    assert waiting == 1, "one login waited: an unreported room counts as one per replica"
     assert {(s, h.get("Retry-After")) for s, h, _ in refused} == {(503, "3")}
     assert sorted(s for s, *_ in answers) == [200] + [503] * 4
 
