@@ -139,9 +139,9 @@ def test_a_refused_command_is_an_error_not_silence(tmp_path):
 
 
 def test_refusals_are_counted_by_who_made_them(tmp_path):
-    """With the edge's rewrite (one slot, a queue of 2): 5 logins
-    denied by the queue cap, 2 that wait out the queue timeout, 1 refused by the replica
-    itself, and the held login answered once released."""
+    """With the edge's rewrite (one slot, a queue of 2, the replica's reported room above
+    it): 5 logins denied by the queue cap, 2 that wait out the queue timeout, 1 refused by
+    the replica itself, and the held login answered once released."""
     from app.config.edge import BackendLimits
     from loadtest.harness.haproxy_admin import Refusals
 
@@ -156,13 +156,16 @@ def test_refusals_are_counted_by_who_made_them(tmp_path):
     async def scenario():
         async with running_edge(tmp_path, limits) as edge:
             admin = HAProxyAdmin.of([psutil.Process(edge.haproxy_pid)])
-            before = admin.refusals(BACKEND)
 
             async def post(body):
                 async with edge.session.post(edge.url, json=body) as response:
                     await response.read()
                     return response.status
 
+            # The replica measured room for more than the static cap lets wait (unreported,
+            # HAProxy counts one per replica: app.edge.haproxy_config.room_rules).
+            assert await post({"room": "20"}) == 200
+            before = admin.refusals(BACKEND)
             held = asyncio.create_task(post({}))
             await asyncio.wait_for(edge.arrived.wait(), timeout=30)
             # All answered while the one slot is held: only HAProxy can answer them.
