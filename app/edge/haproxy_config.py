@@ -31,8 +31,9 @@ the edge needs. This module adds, to the config Serve wrote:
   be refused, on a host whose cores are busy with the logins admitted;
 - a second, adaptive cap below it: the room the replicas measure they can drain within the
   queue's wait (X-Offers-Queue-Room on their answers, app.core.service_time_limit), kept
-  in a process-wide variable per application, times the replicas up (`room_rules`); one
-  no answer refreshed within the queue's wait counts as one login per replica;
+  in a process-wide variable per application, times the replicas up (`room_rules`); a
+  room never reported since HAProxy started, or not refreshed by an answer within the
+  queue's wait, counts as one login per replica;
 - `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
   it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of

@@ -1,8 +1,18 @@
 """The open-loop driver's bookkeeping: every login counted once, schedules as asked."""
 
+import itertools
+import threading
+
 import pytest
 
-from loadtest.harness.open_loop import Shot, burst, constant_rate, run_client, summarize
+from loadtest.harness.open_loop import (
+    Shot,
+    burst,
+    constant_rate,
+    constant_rate_until,
+    run_client,
+    summarize,
+)
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -35,6 +45,14 @@ def test_summary_separates_refusals_errors_and_lost_logins():
 def test_schedules():
     assert constant_rate(4, 1.5) == [0.0, 0.25, 0.5, 0.75, 1.0, 1.25]
     assert burst(3) == [0.0, 0.0, 0.0]
+
+
+def test_a_rate_until_stopped_keeps_its_pace_and_ends_at_the_next_send():
+    stop = threading.Event()
+    schedule = constant_rate_until(4, stop)
+    assert list(itertools.islice(schedule, 3)) == [0.0, 0.25, 0.5]
+    stop.set()  # read at each send: nothing more after it
+    assert list(itertools.islice(schedule, 5)) == []
 
 
 @pytest.mark.parametrize(("loop", "kind"), [("uvloop", "uvloop.Loop"), ("asyncio", "asyncio")])
