@@ -30,10 +30,10 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.update(ray_auth_env())
 
 
-# The fixtures that start a Ray cluster (the session's, the metrics test's head, the e2e
-# `ray start`). Two clusters at once on 2 cores starve each other: answers came 1.5 s late
+# The fixtures that start or use a Ray cluster (the session's, the e2e package's `ray start`
+# and its views). Two clusters at once on 2 cores starve each other: answers came 1.5 s late
 # and health checks failed (measured with every test free to run in either worker).
-RAY_CLUSTERS = frozenset({"serve_app", "local_head", "deployed_cluster"})
+RAY_CLUSTERS = frozenset({"serve_app", "e2e_cluster", "deployed_cluster"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,20 +1,18 @@
-"""The production CLI path: `ray start --head`, `serve deploy <config>`, then HTTP and load.
+"""The production CLI path, on the package's cluster (tests/e2e/conftest.py): `ray start
+--head` as `make run` starts it, `serve deploy <config>`, then HTTP and load.
 
 The deployed config is serve_config.yaml as shipped (layout auto, coalescing with
-max_in_flight 1, RAY_SERVE_THROUGHPUT_OPTIMIZED where Ray starts) plus one small second
-application with API-key auth on, configured the way production does it: the key's digest
-in the replicas' environment.
+max_in_flight 1, RAY_SERVE_THROUGHPUT_OPTIMIZED where Ray starts) plus small applications
+of tiny versions: one with API-key auth on, configured the way production does it (the key's
+digest in the replicas' environment), and test_metrics.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,159 +21,29 @@ import requests
 import yaml
 
 from app.adapters.dynamodb import PARTITION_KEY, player_key
-from app.config.ray_env import ray_node_env
-from app.config.settings import Settings
 from app.contract.artifacts import ArtifactIntegrityError
 from app.contract.manifest import load_manifest
-from app.local.dynalite import Dynalite
-from app.local.processes import PROJECT_ROOT, ProcessFailed, free_port, port_is_free
-from app.local.publishing import local_model_store
-from app.local.ray_auth import ray_auth_env
-from app.local.seeding import ensure_table, seed_game
-from app.local.serve_config import configured_apps, edge_env, local_endpoint, local_store
+from app.local.processes import PROJECT_ROOT
+from app.local.serve_config import local_store
 from loadtest.harness import serve_status
 from loadtest.harness.locust_runner import LoadTarget, run_locust
-from loadtest.harness.systems import BIN, ManagedProcess, run_cli
 from loadtest.release_walkthrough import replica_pids
 from models.population import player_id
-from models.train import ensure_trained_all
+from tests.e2e.conftest import (
+    API_KEY,
+    AUTH_PREFIX,
+    CONFIG,
+    DASHBOARD,
+    GAME_PREFIX,
+    HTTP_BASE,
+    PLAYERS,
+    ROUTER_APP,
+    cli,
+    e2e_config,
+)
 from tests.support import HostStalls, answered_per_s, wait_until
 
 pytestmark = pytest.mark.e2e
-
-CONFIG = PROJECT_ROOT / "serve_config.yaml"
-DASHBOARD = "http://127.0.0.1:8265"
-HTTP_BASE = "http://127.0.0.1:8000"
-PLAYERS = 200
-API_KEY = "e2e-game-server-key"
-AUTH_PREFIX = "/auth-check/2026-11"
-
-
-def cli_env() -> dict[str, str]:
-    """As the README deploys: Serve's process settings and the edge's admission where Ray
-    starts, and the project's token (`ray start` makes none; the serve CLI sends it only when
-    told to)."""
-    return {**ray_node_env(), **edge_env(CONFIG), **os.environ, **ray_auth_env()}
-
-
-def cli(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    result = run_cli(cli_env(), *args, timeout=timeout)
-    if check and result.returncode != 0:
-        pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}")
-    return result
-
-
-def with_auth_app(tmp_path: Path, tiny_version_dir: Path) -> Path:
-    """serve_config.yaml plus a tiny application whose replicas require an API key."""
-    document = yaml.safe_load(CONFIG.read_text())
-    shipped = document["applications"][0]
-    env = dict(shipped["runtime_env"]["env_vars"])
-    env["OFFERS_API_KEY_SHA256"] = hashlib.sha256(API_KEY.encode()).hexdigest()
-    document["applications"].append(
-        {
-            "name": "auth-check",
-            "route_prefix": AUTH_PREFIX,
-            "import_path": shipped["import_path"],
-            "runtime_env": {"env_vars": env},
-            "args": {
-                "game": "galaxy-raiders",
-                "version": "2026-11",
-                "profile": "tiny",
-                "artifacts_root": str(tiny_version_dir.parents[2]),
-                "layout": {"groups": 1},
-                "supervisor": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
-                "members": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
-            },
-        }
-    )
-    path = tmp_path / "serve_config.e2e.yaml"
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
-@pytest.fixture(scope="module")
-def deployed_cluster(tmp_path_factory, tiny_version_dir):
-    apps = configured_apps(CONFIG)
-    root = Settings().artifacts_root
-    ensure_trained_all([(a.args.game, a.args.version, a.args.profile, root) for a in apps])
-    host, port, table = local_endpoint(apps)
-    busy = [p for p in (port, 8000, 8265) if not port_is_free("127.0.0.1", p)]
-    if busy:
-        pytest.fail(f"ports {busy} are in use (is `make run` or another Ray running?)")
-    folder = tmp_path_factory.mktemp("e2e")
-    config = with_auth_app(folder, tiny_version_dir)
-
-    # The shipped config loads its versions from the local model store: its S3-protocol
-    # server, with the trained versions published, as `make run` starts it.
-    with (
-        local_model_store(apps, folder / "s3.log"),
-        Dynalite(port, data_dir=None, host=host, log_path=folder / "dynalite.log") as dynalite,
-    ):
-        client = dynalite.client(timeout_s=10.0)
-        ensure_table(client, table)
-        for game in {a.args.game for a in apps}:
-            seed_game(client, table, game, PLAYERS)
-        # `--block` keeps `ray start` in the foreground as the parent of the cluster's
-        # processes, in a session of its own: stopping it (and anything left of its process
-        # tree, by pid) stops this cluster and no other Ray on the host. Its own temp dir
-        # keeps its address file, sessions and sockets away from /tmp/ray, where a stale
-        # address would send a later `serve run` or `ray.init()` to this dead cluster.
-        # (Short path: Ray's unix sockets live under it.)
-        temp_dir = Path(tempfile.mkdtemp(prefix="ray-e2e-", dir="/tmp"))
-        gcs_port = free_port()
-        ray = ManagedProcess(
-            [
-                str(BIN / "ray"),
-                "start",
-                "--head",
-                "--block",
-                f"--temp-dir={temp_dir}",
-                "--num-cpus=2",
-                f"--port={gcs_port}",
-                "--dashboard-host=127.0.0.1",
-                "--dashboard-port=8265",
-                "--disable-usage-stats",
-            ],
-            # The edge's admission for every application of the config deployed, as the
-            # README starts Ray for the config it serves (auth-check's backend included).
-            # A node cache of its own: the replicas copy their versions from the store.
-            {**cli_env(), **edge_env(config), "OFFERS_MODEL_CACHE_DIR": str(folder / "cache")},
-            folder / "ray-start.log",
-        )
-        ray.start()
-        try:
-            _wait_for_dashboard(ray)
-            cli("serve", "deploy", str(config), "--address", DASHBOARD)
-            status = _wait_running([*(a.name for a in apps), ROUTER_APP, "auth-check"])
-            yield apps, status, client, table, (temp_dir, gcs_port)
-        finally:
-            # Stopping `ray start --block` stops every process of this cluster, replicas
-            # included; a `serve shutdown` first only drained them one by one (~30 s).
-            ray.stop()
-            shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def _wait_for_dashboard(ray: ManagedProcess, timeout_s: float = 120) -> None:
-    def answers() -> bool:
-        try:
-            return requests.get(f"{DASHBOARD}/api/version", timeout=2).status_code < 500
-        except requests.RequestException:
-            return False
-
-    try:
-        ray.wait_ready(answers, timeout_s, poll_s=1.0)
-    except ProcessFailed as exc:
-        pytest.fail(str(exc))
-
-
-def _wait_running(names: list[str], timeout_s: float = 600) -> dict:
-    """`serve status` once every named application is RUNNING. The wait reads the REST API
-    the CLI reads: a CLI call every 2 s held about a core away from the replicas starting."""
-    try:
-        serve_status.wait_running(DASHBOARD, names, timeout_s)
-    except (serve_status.DeployFailed, TimeoutError) as exc:
-        pytest.fail(str(exc))
-    return yaml.safe_load(cli("serve", "status", "--address", DASHBOARD).stdout or "{}") or {}
 
 
 def post(prefix: str, pid: str, **kwargs) -> requests.Response:
@@ -311,10 +179,6 @@ def test_the_cluster_address_stays_in_its_own_temp_dir(deployed_cluster):
     assert not shared.exists() or not shared.read_text().strip().endswith(f":{gcs_port}")
 
 
-GAME_PREFIX = "/galaxy-raiders"
-ROUTER_APP = "galaxy-raiders"
-
-
 def split_of(weights: dict[str, float]):
     from app.core.routing.version_split import VersionSplit
 
@@ -368,7 +232,7 @@ def test_serve_deploy_changes_knobs_and_weights_live_without_restarts_or_errors(
     before = replica_pids(names)
     assert all(before.values()), before
 
-    document = yaml.safe_load(with_auth_app(tmp_path, tiny_version_dir).read_text())
+    document = yaml.safe_load(e2e_config(tmp_path, tiny_version_dir).read_text())
     by_name = {a["name"]: a for a in document["applications"]}
 
     def deploy(supervisor_knobs: dict, weights: dict) -> None:
@@ -747,7 +611,7 @@ def test_a_version_is_released_through_the_store_while_the_game_route_serves(
     router, is replaced: the router takes the new version live."""
     from loadtest.release_walkthrough import walk
 
-    deployed = with_auth_app(tmp_path, tiny_version_dir)  # the config the cluster serves
+    deployed = e2e_config(tmp_path, tiny_version_dir)  # the config the cluster serves
     report = walk(
         deployed,
         "2026-12",
@@ -807,7 +671,7 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
     key = f"tampered/{manifest.game}/{manifest.version}/{entry.artifact}"
     client.put_object(Bucket="offers-models", Key=key, Body=b"tampered")
 
-    deployed = with_auth_app(tmp_path, tiny_version_dir)
+    deployed = e2e_config(tmp_path, tiny_version_dir)
     document = yaml.safe_load(deployed.read_text())
     auth = next(a for a in document["applications"] if a["name"] == "auth-check")
     tampered = {**auth, "name": "tampered-check", "route_prefix": "/tampered-check"}

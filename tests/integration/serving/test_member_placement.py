@@ -9,8 +9,10 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -59,14 +61,20 @@ def placed_apps(serve_app, native_app, tiny_version_dir):
         undeploy(*apps)
 
 
+@functools.cache
+def offline_members(version_dir: Path, runtime: str):
+    """The version's members loaded in this process, once per runtime (a load is ~0.3 s)."""
+    manifest = load_manifest(version_dir)
+    return manifest, load_group(manifest.members, version_dir, runtime, manifest.fidelity)
+
+
 def offline_reference(tiny_version_dir, dynalite_server, pid: str, runtime: str):
-    manifest = load_manifest(tiny_version_dir)
+    manifest, group = offline_members(tiny_version_dir, runtime)
     catalog = OfferCatalog(manifest)
     item = dynalite_server.client().get_item(
         TableName=TEST_TABLE, Key={PARTITION_KEY: {"S": player_key(TEST_GAME, pid)}}
     )["Item"]
     candidates = catalog.candidates(manifest.feature_schema.decode_item(item))
-    group = load_group(manifest.members, tiny_version_dir, runtime, manifest.fidelity)
     scores = [
         MemberScores(e.name, e.weight, row)
         for e, row in zip(manifest.members, group.score(candidates), strict=True)
