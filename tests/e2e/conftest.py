@@ -146,7 +146,10 @@ class E2ECluster:
 def e2e_cluster(tmp_path_factory, tiny_version_dir) -> E2ECluster:
     apps = configured_apps(CONFIG)
     root = Settings().artifacts_root
-    ensure_trained_all([(a.args.game, a.args.version, a.args.profile, root) for a in apps])
+    # The shipped versions, and their tiny builds (auth-check's, test_metrics.py's).
+    served = [(a.args.game, a.args.version, a.args.profile) for a in apps]
+    served += [(a.args.game, a.args.version, "tiny") for a in apps]
+    ensure_trained_all([(*version, root) for version in served])
     host, port, table = local_endpoint(apps)
     busy = [p for p in (port, 8000, DASHBOARD_PORT) if not port_is_free("127.0.0.1", p)]
     if busy:
