@@ -2,9 +2,9 @@
 --head --block`, fixed ports, metrics exported), started from an empty HOME as on a machine
 Ray never ran on, then `serve deploy` of the e2e config (e2e_config) through the dashboard.
 
-One cluster for the package: test_metrics.py (first, in collection order: its counts are
-exact on a cluster no other test has sent a login to yet) and test_serve_deploy.py. A Ray
-head, its Serve controller and their replicas are half a minute of a 2-core host's time.
+One cluster for the package: test_metrics.py (its PromQL counts its own applications only)
+and test_serve_deploy.py, whose tests redeploy the config with changes and put it back. A
+Ray head, its Serve controller and their replicas are half a minute of a 2-core host's time.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import copy
 import hashlib
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,7 +144,7 @@ class E2ECluster:
 
 
 @pytest.fixture(scope="package")
-def e2e_cluster(tmp_path_factory, tiny_version_dir) -> E2ECluster:
+def e2e_cluster(tmp_path_factory, tiny_version_dir) -> Iterator[E2ECluster]:
     apps = configured_apps(CONFIG)
     root = Settings().artifacts_root
     # The shipped versions, and their tiny builds (auth-check's, test_metrics.py's).
@@ -173,14 +174,6 @@ def e2e_cluster(tmp_path_factory, tiny_version_dir) -> E2ECluster:
         # Exports every 1 s (Ray's default is 10 s): test_metrics.py reads what they count.
         "RAY_metrics_report_interval_ms": "1000",
     }
-    head = RayHead(
-        BIN,
-        head_env,
-        folder / "ray-head.log",
-        metrics_port=free_port(),
-        dashboard_port=DASHBOARD_PORT,
-        num_cpus=2,
-    )
     # The shipped config loads its versions from the local model store: its S3-protocol
     # server, with the trained versions published, as `make run` starts it.
     with (
@@ -191,6 +184,15 @@ def e2e_cluster(tmp_path_factory, tiny_version_dir) -> E2ECluster:
         ensure_table(client, table)
         for game in {a.args.game for a in apps}:
             seed_game(client, table, game, PLAYERS)
+        # Made here, not before: it makes its temp dir at once, which only stop() removes.
+        head = RayHead(
+            BIN,
+            head_env,
+            folder / "ray-head.log",
+            metrics_port=free_port(),
+            dashboard_port=DASHBOARD_PORT,
+            num_cpus=2,
+        )
         try:
             head.start()  # stops what it started if it fails
         except RayHeadFailed as exc:

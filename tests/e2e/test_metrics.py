@@ -6,7 +6,7 @@ checks that PromQL over each custom metric, on those applications, returns exact
 logins imply; then, under a light steady load, that every panel of the Grafana dashboard
 returns data from that Prometheus.
 
-First in the package, in collection order: no other test has sent a login to the cluster yet.
+No other test sends a login to the METRICS applications or changes them.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ from models.population import player_id
 from tests.e2e.conftest import (
     API_KEY,
     AUTH_PREFIX,
-    CONFIG,
     DASHBOARD,
     GAME_PREFIX,
     HTTP_BASE,
@@ -702,9 +701,12 @@ def test_a_version_tampered_with_in_the_store_fails_its_application_only(
     cli("serve", "deploy", str(deployed), "--address", DASHBOARD)
 
 
-def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_cluster, tmp_path):
-    """The canary's application is deleted (`serve deploy` without it) while logins arrive:
-    its players get the stable version's answers, flagged, and not one is a 5xx."""
+def test_a_missing_version_hands_its_players_to_the_other_flagged(
+    deployed_cluster, tmp_path, tiny_version_dir
+):
+    """The canary's application is deleted (`serve deploy` of the served config without it)
+    while logins arrive: its players get the stable version's answers, flagged, and not one
+    is a 5xx. The other applications stay as they are (one change at a time)."""
     apps, *_ = deployed_cluster
     canary = next(a for a in apps if a.args.version == "2026-11")
     split = split_of({"2026-10": 90, "2026-11": 10})
@@ -713,7 +715,7 @@ def test_a_missing_version_hands_its_players_to_the_other_flagged(deployed_clust
     ]
     assert canary_players
 
-    document = yaml.safe_load(CONFIG.read_text())
+    document = yaml.safe_load(e2e_config(tmp_path, tiny_version_dir).read_text())
     document["applications"] = [a for a in document["applications"] if a["name"] != canary.name]
     path = tmp_path / "serve_config.no-canary.yaml"
     path.write_text(yaml.safe_dump(document, sort_keys=False))
