@@ -87,9 +87,9 @@ def e2e_config(tmp_path: Path, tiny_version_dir: Path) -> Path:
             "version": "2026-11",
             "profile": "tiny",
             "artifacts_root": artifacts_root,
-            "layout": {"groups": 1},
+            # Every member in the supervisor (the tiny members' plan): one replica to start.
+            "layout": {"placement": "auto"},
             "supervisor": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
-            "members": {"num_cpus": 0.05, "autoscaling": {"max_replicas": 1}},
         },
     }
     document["applications"] = [*shipped, auth_check, *metrics_apps(shipped, artifacts_root)]
