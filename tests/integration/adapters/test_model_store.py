@@ -24,7 +24,6 @@ from tests.integration.conftest import STORE_BUCKET as BUCKET
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture
 def s3(s3_server):
     """The session's S3-protocol server (tests/integration/conftest.py), bucket made."""
@@ -126,9 +125,7 @@ def test_a_store_filled_again_with_other_bits_replaces_the_node_cache_copy(
     folder = store.materialize(manifest.game, manifest.version, cache)
     # The store is emptied (the local server restarted) and the version published again
     # from a retrained folder: the store's copy wins over the node's.
-    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{store.prefix}/")
-    for item in listed["Contents"]:
-        s3.client().delete_object(Bucket=BUCKET, Key=item["Key"])
+    emptied(s3, store)
     retrained = tmp_path / "retrained"
     shutil.copytree(tiny_version_dir, retrained)
     document = json.loads((retrained / MANIFEST_FILENAME).read_text())
@@ -147,9 +144,7 @@ def test_a_version_the_store_does_not_hold_is_refused_even_with_a_node_copy(
     store.publish(tiny_version_dir)
     cache = tmp_path / "cache"
     store.materialize(manifest.game, manifest.version, cache)
-    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix=f"{store.prefix}/")
-    for item in listed["Contents"]:
-        s3.client().delete_object(Bucket=BUCKET, Key=item["Key"])
+    emptied(s3, store)
     with pytest.raises(FileNotFoundError, match="is not published"):
         store.materialize(manifest.game, manifest.version, cache)
 
@@ -178,6 +173,14 @@ def test_two_stores_versions_of_one_name_never_share_a_cache_folder(s3, tmp_path
     a = ModelStore(s3.client(), f"s3://{BUCKET}/a")
     b = ModelStore(s3.client(), f"s3://{BUCKET}/b")
     assert a.cache_folder("g", "v", tmp_path) != b.cache_folder("g", "v", tmp_path)
+
+
+def emptied(s3, store: ModelStore) -> None:
+    """Every object under the store's prefix deleted (one client: each costs ~0.2 s)."""
+    client = s3.client()
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{store.prefix}/")
+    for item in listed["Contents"]:
+        client.delete_object(Bucket=BUCKET, Key=item["Key"])
 
 
 def dead_client():
