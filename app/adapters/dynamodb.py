@@ -15,12 +15,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-import boto3
 import numpy as np
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from cachetools import TTLCache
 
+from app.adapters.aws_session import new_session
 from app.adapters.circuit_breaker import CircuitBreaker, CircuitOpen
 from app.config.settings import Settings
 from app.contract.feature_schema import FeatureSchema, FeatureValue
@@ -75,7 +75,7 @@ def make_client(
         max_pool_connections=settings.dynamodb_max_pool_connections,
     )
     endpoint = str(settings.dynamodb_endpoint_url) if settings.dynamodb_endpoint_url else None
-    return boto3.session.Session().client(
+    return new_session().client(
         "dynamodb", region_name=settings.aws_region, endpoint_url=endpoint, config=config
     )
 

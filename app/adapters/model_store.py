@@ -290,7 +290,6 @@ def cached(folder: Path) -> bool:
     return True
 
 
-
 def _check_identity(folder: Path, game: str, version: str) -> None:
     manifest = load_manifest(folder)
     if (manifest.game, manifest.version) != (game, version):
@@ -320,8 +319,9 @@ def _locked(path: Path) -> Iterator[None]:
 def store_client(endpoint_url: str | None, region: str, timeout_s: float = 10.0) -> Any:
     """boto3's S3 client for the store: AWS for the region (standard credential chain), or a
     local S3-protocol endpoint (path-style addressing, as such servers expect)."""
-    import boto3
     from botocore.config import Config
+
+    from app.adapters.aws_session import new_session
 
     config = Config(
         connect_timeout=timeout_s,
@@ -331,9 +331,7 @@ def store_client(endpoint_url: str | None, region: str, timeout_s: float = 10.0)
         retries={"total_max_attempts": 1},
         s3={"addressing_style": "path"} if endpoint_url else {},
     )
-    return boto3.session.Session().client(
-        "s3", endpoint_url=endpoint_url, region_name=region, config=config
-    )
+    return new_session().client("s3", endpoint_url=endpoint_url, region_name=region, config=config)
 
 
 def store_of(settings: Any) -> ModelStore:

@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3
 from botocore.config import Config
 
+from app.adapters.aws_session import new_session
 from app.local.aws_server import LocalAwsServer
 from app.local.processes import LOCAL_CREDENTIALS, PROJECT_ROOT
 
@@ -32,7 +32,7 @@ class DynaliteError(RuntimeError):
 def local_client(endpoint_url: str, timeout_s: float = 2.0) -> Any:
     """A DynamoDB client for local tooling (seeding, readiness checks): dummy credentials."""
     config = Config(connect_timeout=timeout_s, read_timeout=timeout_s, retries={"max_attempts": 3})
-    return boto3.session.Session().client(
+    return new_session().client(
         "dynamodb",
         endpoint_url=endpoint_url,
         region_name="us-east-1",

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from app.adapters.aws_session import new_session
 from app.local.aws_server import LocalAwsServer
 from app.local.processes import LOCAL_CREDENTIALS
 
@@ -31,7 +31,7 @@ def local_s3_client(endpoint_url: str, timeout_s: float = 5.0) -> Any:
         retries={"total_max_attempts": 1},  # one call: the store retries with its backoff
         s3={"addressing_style": "path"},
     )
-    return boto3.session.Session().client(
+    return new_session().client(
         "s3", endpoint_url=endpoint_url, region_name="us-east-1", config=config,
         **LOCAL_CREDENTIALS,
     )  # fmt: skip
