@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 from typing import Any
+
+_SESSIONS = threading.Lock()
 
 
 @functools.cache
@@ -27,6 +30,13 @@ def new_session() -> Any:
     import boto3
     import botocore.session
 
+    loader = _data_loader()
     core = botocore.session.get_session()
-    core.register_component("data_loader", _data_loader())
-    return boto3.session.Session(botocore_session=core)
+    core.register_component("data_loader", loader)
+    with _SESSIONS:
+        session = boto3.session.Session(botocore_session=core)
+        # boto3 appends its own data folder to the loader of every session it makes: once
+        # is enough for a shared one, whose list would otherwise grow a path a session.
+        paths = loader.search_paths
+        paths[:] = list(dict.fromkeys(paths))
+    return session

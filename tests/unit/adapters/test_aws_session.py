@@ -28,3 +28,13 @@ def test_a_client_of_a_shared_loader_session_is_a_working_client():
     assert client.meta.service_model.service_name == "dynamodb"
     assert client.meta.region_name == "eu-west-1"
     assert callable(client.get_item)
+
+
+def test_many_sessions_leave_the_shared_loader_as_one_left_it():
+    new_session()
+    paths = list(new_session()._session.get_component("data_loader").search_paths)  # noqa: SLF001
+    for _ in range(20):
+        new_session()
+    again = new_session()._session.get_component("data_loader").search_paths  # noqa: SLF001
+    assert list(again) == paths
+    assert len(set(paths)) == len(paths)
