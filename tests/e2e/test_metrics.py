@@ -45,10 +45,6 @@ def scraped(e2e_cluster, tmp_path_factory):
         yield HTTP_BASE, prom
 
 
-def cli_with(env: dict[str, str], *args: str):
-    return run_cli(env, *args, timeout=300)
-
-
 def post(base: str, prefix: str, pid: str) -> dict:
     response = requests.post(
         f"{base}{prefix}/v1/offers", json={"player_id": pid, "game": TEST_GAME}, timeout=30
@@ -226,7 +222,7 @@ def test_the_local_head_starts_and_answers_from_an_empty_home(e2e_cluster):
     answered = requests.get(url, headers=auth_header(), timeout=10)
     assert answered.status_code == 200, answered.text
     # The CLI a user runs against it, from the same empty HOME.
-    status = cli_with(head.env, "serve", "status", "--address", head.dashboard_url)
+    status = run_cli(head.env, "serve", "status", "--address", head.dashboard_url, timeout=300)
     assert status.returncode == 0, status.stderr[-2000:]
     assert "applications" in status.stdout
     assert list(e2e_cluster.home.iterdir()) == [], "nothing may be written under its HOME"
