@@ -1,5 +1,6 @@
 """The faults the reliability scenarios inject: a slow DynamoDB (a delay proxy in front of
-dynalite), a client that dies mid-request, and the replicas a kill targets."""
+dynalite), a client that dies mid-request, and the replicas a kill targets (and the Ray
+sessions whose logs tell how they came back)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import psutil
 from app.local.processes import PROJECT_ROOT
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.systems import BIN, ManagedProcess
+from loadtest.reliability.startup_trace import session_dirs
 
 
 class DelayProxyProcess(ManagedProcess):
@@ -70,16 +72,28 @@ def replica_pids(app: str, deployment: str, cluster: LocalCluster | None) -> lis
     """Pids of an application's replicas of a deployment (a name prefix: `member-` matches
     every member deployment), in the cluster's process trees, or on this host (a running
     `make run`) when there is no cluster."""
+    return [
+        pid
+        for pid, args in _command_lines(cluster)
+        if f"ServeReplica:{app}:{deployment}" in " ".join(args)
+    ]
+
+
+def ray_sessions(cluster: LocalCluster | None) -> list[Path]:
+    """The session folders (logs included) of the Ray nodes the replicas run on: the
+    cluster's, or this host's (a running `make run`)."""
+    return session_dirs(args for _, args in _command_lines(cluster))
+
+
+def _command_lines(cluster: LocalCluster | None) -> list[tuple[int, list[str]]]:
     if cluster is not None:
         procs = [p for node in (cluster.head, cluster.worker) if node for p in node.tree()]
     else:
         procs = list(psutil.process_iter())
-    pids = []
+    found = []
     for proc in procs:
         try:
-            title = " ".join(proc.cmdline())
+            found.append((proc.pid, proc.cmdline()))
         except psutil.Error:
             continue
-        if f"ServeReplica:{app}:{deployment}" in title:
-            pids.append(proc.pid)
-    return pids
+    return found

@@ -1,4 +1,4 @@
-"""The reliability run's outputs: a plot per scenario and the table printed at the end."""
+"""The reliability run's outputs: a plot per scenario and the tables printed at the end."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.harness.open_loop import Shot
+from loadtest.reliability.startup_trace import STEPS, median_steps
 
 
 def plot(
@@ -156,3 +157,24 @@ def own_figures(name: str, s: dict[str, Any]) -> tuple[str, list[str]]:
     elif s.get("cpu_neighbours"):
         figures.append(f"{s['cpu_neighbours']} CPU-bound neighbours")
     return "; ".join(figures), misses
+
+
+def startup_rows(report: dict[str, Any]) -> str:
+    """Where the restart scenarios' ways back went (startup_trace): per kill, the median of
+    each step over the replicas that came back, in seconds; empty if none was traced."""
+    lines = [
+        "| kill | replicas | " + " | ".join(STEPS) + " | HAProxy | listed after |",
+        "|---|---|" + "---|" * (len(STEPS) + 2),
+    ]
+    for name, s in report["scenarios"].items():
+        for key, starts in s.items():
+            if not key.endswith("_steps") or not starts:
+                continue
+            steps = median_steps(starts)
+            listed = s.get(key.removesuffix("_steps") + "_after_s")
+            cells = [f"{steps[k]:.2f}" if k in steps else "-" for k in (*STEPS, "haproxy_s")]
+            lines.append(
+                f"| {name}: {key.removesuffix('_steps').replace('_', ' ')} | {len(starts)} "
+                f"| {' | '.join(cells)} | {listed if listed is not None else 'never'} |"
+            )
+    return "\n".join(lines) if len(lines) > 2 else ""

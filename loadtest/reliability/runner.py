@@ -69,7 +69,7 @@ from loadtest.harness.open_loop import CLIENT_LOOPS
 from loadtest.harness.results import Study
 from loadtest.harness.systems import BIN, dynamo_env
 from loadtest.reliability.faults import DelayProxyProcess
-from loadtest.reliability.report import table, target_rows
+from loadtest.reliability.report import startup_rows, table, target_rows
 from loadtest.reliability.scenarios import (
     DYNAMO_DELAY_MS,
     DYNAMO_SLOW_S,
@@ -108,6 +108,8 @@ def run(args: argparse.Namespace) -> Path:
     (folder / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
     print("\n" + table(report) + "\n")
     print(target_rows(report) + "\n")
+    if steps := startup_rows(report):
+        print("Where the way back went (median s per step, startup_trace):\n" + steps + "\n")
     log(f"report: {folder / 'reliability.json'}")
     return folder
 

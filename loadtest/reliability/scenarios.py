@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,12 @@ from loadtest.harness.open_loop import (
     summarize,
 )
 from loadtest.harness.results import study_log
-from loadtest.reliability.faults import DelayProxyProcess, abort_mid_request, replica_pids
+from loadtest.reliability.faults import (
+    DelayProxyProcess,
+    abort_mid_request,
+    ray_sessions,
+    replica_pids,
+)
 from loadtest.reliability.host_faults import (
     cpu_neighbours,
     listening_pid,
@@ -43,6 +49,7 @@ from loadtest.reliability.host_faults import (
     seconds_until_replaced,
 )
 from loadtest.reliability.report import plot
+from loadtest.reliability.startup_trace import replica_starts
 from loadtest.reliability.targets import Target
 from models.population import player_id
 
@@ -262,10 +269,17 @@ def version_restarts(
         before = running_replicas(admin(), backend)
         victims = pids if every else pids[:1]
         killed_at = time.monotonic()
+        killed_wall = datetime.now()  # Ray's logs carry the host's local wall clock
         timings.setdefault("_kills", []).append(killed_at)
         for pid in victims:
             psutil.Process(pid).send_signal(signal.SIGKILL)
-        timings[key] = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
+        listed = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
+        timings[key] = listed
+        # Where that time went, from the Ray session's logs (startup_trace).
+        starts = replica_starts(
+            ray_sessions(target.cluster), target.version_app, "supervisor", killed_wall
+        )
+        timings[key.removesuffix("_after_s") + "_steps"] = [s.as_dict(listed) for s in starts]
         return f"SIGKILL {len(victims)} of {len(pids)} supervisors (pids {victims})"
 
     direct: dict[str, Any] = {}

@@ -1,0 +1,201 @@
+"""Where a killed replica's way back went, step by step, read from the Ray session's own logs.
+
+The restart scenarios time the way back where callers see it (HAProxy listing the new
+replica). This splits that time at what each process logs on the way, so a run says which
+step to work on, not only how long the whole took:
+
+  noticed              the kill, to Serve's controller finding the actor dead (it finds out
+                       at its next health check of the replica: `health_check_period_s`)
+  scheduled            to the controller starting the replacement
+  worker process       to the raylet starting its worker process
+  interpreter and Ray  to that process's core worker starting: Python, and `import ray`
+                       twice (Ray starts every worker as `setup_worker.py`, which execs
+                       the worker itself, here under `nice`)
+  Serve and app        to the replica's constructor logging its first line: the actor's
+                       creation task, `import ray.serve` and the application's modules
+  constructor          to the replica logging itself ready (`... ready in N ms`)
+  marked running       to the controller logging it started
+
+What is left of the time at HAProxy after that (`haproxy_s`) is Serve's proxy rewriting and
+reloading HAProxy's configuration with the new replica. A step whose log line is missing (a
+rotated log, a replica that never became ready) is left out, never guessed.
+
+Ray's and Serve's logs carry local wall-clock times without a zone; the kill time is taken
+as a wall-clock time on the same host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+STEPS = (
+    "noticed",
+    "scheduled",
+    "worker process",
+    "interpreter and Ray",
+    "Serve and app",
+    "constructor",
+    "marked running",
+)
+
+SERVE_TIME = r"\w+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "  # Serve's: LEVEL date time
+CORE_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "  # the raylet's and core worker's
+
+
+@dataclass(frozen=True)
+class ReplicaStart:
+    """One replacement replica's way back: seconds per step (STEPS order, missing ones left
+    out) and from the kill to the controller marking it running."""
+
+    replica: str
+    pid: int | None
+    steps_s: dict[str, float]
+    running_after_s: float | None
+
+    def as_dict(self, listed_after_s: float | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "replica": self.replica,
+            "pid": self.pid,
+            "steps_s": self.steps_s,
+            "running_after_s": self.running_after_s,
+        }
+        if listed_after_s is not None and self.running_after_s is not None:
+            out["haproxy_s"] = round(listed_after_s - self.running_after_s, 2)
+        return out
+
+
+def session_dirs(cmdlines: Iterable[list[str]]) -> list[Path]:
+    """The session folders of the raylets among these command lines (one per Ray node)."""
+    found: list[Path] = []
+    for args in cmdlines:
+        if not args or "raylet" not in Path(args[0]).name:
+            continue
+        for arg in args:
+            match = re.search(r"--session[_-]dir=(\S+)", arg)
+            if match and Path(match.group(1)) not in found:
+                found.append(Path(match.group(1)))
+    return found
+
+
+def _stamp(pattern: str, line: str) -> datetime | None:
+    match = re.match(pattern, line)
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f") if match else None
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def _first(paths: Iterable[Path]) -> list[str]:
+    for path in paths:
+        lines = _lines(path)
+        if lines:
+            return lines
+    return []
+
+
+def replica_starts(
+    sessions: list[Path], app: str, deployment: str, killed_at: datetime
+) -> list[ReplicaStart]:
+    """Every replica of `app`'s `deployment` the controller started since `killed_at`, step
+    by step. Call it once the replacements serve: later kills are not told apart."""
+    logs = [s / "logs" for s in sessions]
+    controller = [
+        line
+        for folder in logs
+        for path in sorted(folder.glob("serve/controller_*.log"))
+        if re.fullmatch(r"controller_\d+\.log", path.name)
+        for line in _lines(path)
+    ]
+    raylet = [line for folder in logs for line in _lines(folder / "raylet.out")]
+    who = rf"Replica\(id='(\w+)', deployment='{re.escape(deployment)}', app='{re.escape(app)}'\)"
+
+    def within(line: str) -> datetime | None:
+        at = _stamp(SERVE_TIME, line)
+        return at if at is not None and at >= killed_at else None
+
+    noticed = next(
+        (at for line in controller if re.search(who + " crashed", line) and (at := within(line))),
+        None,
+    )
+    starts = []
+    for line in controller:
+        match = re.search(r"-- Starting " + who, line)
+        started = within(line) if match else None
+        if match is None or started is None:
+            continue
+        replica = match.group(1)
+        mine = f"Replica(id='{replica}'"
+        running_line = next(
+            (x for x in controller if mine in x and "started successfully" in x), None
+        )
+        pid_match = re.search(r"PID: (\d+)", running_line or "")
+        pid = int(pid_match.group(1)) if pid_match else None
+        spawned = next(
+            (
+                _stamp(CORE_TIME, x)
+                for x in raylet
+                if pid is not None and f"Started worker process with pid {pid} " in x
+            ),
+            None,
+        )
+        core = _first(p for f in logs for p in f.glob(f"python-core-worker-*_{pid}.log"))
+        own_log = f"serve/replica_{app}_{deployment}_{replica}.log"
+        own = _first(p for f in logs for p in f.glob(own_log))
+        ready_line = next((x for x in own if " ready in " in x), None)
+        marks = [
+            killed_at,
+            noticed,
+            started,
+            spawned,
+            _stamp(CORE_TIME, core[0]) if core else None,
+            _stamp(SERVE_TIME, own[0]) if own else None,
+            _stamp(SERVE_TIME, ready_line) if ready_line else None,
+            _stamp(SERVE_TIME, running_line) if running_line else None,
+        ]
+        starts.append(
+            ReplicaStart(
+                replica=replica,
+                pid=pid,
+                steps_s=_steps(marks),
+                running_after_s=(
+                    round((marks[-1] - killed_at).total_seconds(), 2) if marks[-1] else None
+                ),
+            )
+        )
+    return starts
+
+
+def _steps(marks: list[datetime | None]) -> dict[str, float]:
+    """Seconds between consecutive marks, each named by the step it ends. A missing mark
+    leaves out both steps it bounds: no step is given another's time."""
+    steps: dict[str, float] = {}
+    for name, (start, end) in zip(STEPS, zip(marks, marks[1:], strict=False), strict=True):
+        if start is not None and end is not None:
+            steps[name] = round((end - start).total_seconds(), 2)
+    return steps
+
+
+def median_steps(starts: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each step, and of `haproxy_s`, over traced replica starts (the
+    `ReplicaStart.as_dict` shape), over the starts that have it."""
+    out: dict[str, float] = {}
+    for key in (*STEPS, "haproxy_s"):
+        values: list[float] = [
+            value
+            for s in starts
+            if (value := s["steps_s"].get(key, s.get(key) if key == "haproxy_s" else None))
+            is not None
+        ]
+        if values:
+            out[key] = round(median(values), 2)
+    return out
