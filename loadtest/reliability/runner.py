@@ -28,6 +28,8 @@ game's router, the others through the first version's own route:
                           records when HAProxy had the replaced replicas up
   restart_time            one supervisor SIGKILLed, and once HAProxy has its replacement
                           up, every one of them: the seconds to each way back
+                          (both restart scenarios split each way back into its steps from
+                          the Ray session's logs: startup_trace.py)
   slow_host_Nx[_burst_200|_burst_1000|_hot_player_100]
                           N = 2, 3: steady load, bursts and a hot player with (N - 1) x cores
                           CPU-bound neighbour processes on the host (harness: host_faults)
