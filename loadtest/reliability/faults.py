@@ -80,8 +80,8 @@ def replica_pids(app: str, deployment: str, cluster: LocalCluster | None) -> lis
 
 
 def ray_sessions(cluster: LocalCluster | None) -> list[Path]:
-    """The session folders (logs included) of the Ray nodes the replicas run on: the
-    cluster's, or this host's (a running `make run`)."""
+    """The session folders (logs included) of the cluster's Ray nodes or, with no cluster,
+    of every Ray node on this host (a running `make run`, and any other)."""
     return session_dirs(args for _, args in _command_lines(cluster))
 
 

@@ -11,14 +11,16 @@ step to work on, not only how long the whole took:
   interpreter and Ray  to that process's core worker starting: Python, and `import ray`
                        twice (Ray starts every worker as `setup_worker.py`, which execs
                        the worker itself, here under `nice`)
-  Serve and app        to the replica's constructor logging its first line: the actor's
-                       creation task, `import ray.serve` and the application's modules
+  Serve and app        to the replica's own log opening (Serve's "Started initializing
+                       replica.", just before the constructor runs): the actor's creation
+                       task, `import ray.serve` and the application's modules
   constructor          to the replica logging itself ready (`... ready in N ms`)
   marked running       to the controller logging it started
 
-What is left of the time at HAProxy after that (`haproxy_s`) is Serve's proxy rewriting and
-reloading HAProxy's configuration with the new replica. A step whose log line is missing (a
-rotated log, a replica that never became ready) is left out, never guessed.
+What is left of the time at HAProxy after the last replacement is running (`haproxy_s`) is
+Serve's proxy rewriting and reloading HAProxy's configuration with the new replicas. A step
+whose log line is missing (a rotated log, a replica that never became ready) is left out,
+never guessed.
 
 Ray's and Serve's logs carry local wall-clock times without a zone; the kill time is taken
 as a wall-clock time on the same host.
@@ -58,16 +60,13 @@ class ReplicaStart:
     steps_s: dict[str, float]
     running_after_s: float | None
 
-    def as_dict(self, listed_after_s: float | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_dict(self) -> dict[str, Any]:
+        return {
             "replica": self.replica,
             "pid": self.pid,
             "steps_s": self.steps_s,
             "running_after_s": self.running_after_s,
         }
-        if listed_after_s is not None and self.running_after_s is not None:
-            out["haproxy_s"] = round(listed_after_s - self.running_after_s, 2)
-        return out
 
 
 def session_dirs(cmdlines: Iterable[list[str]]) -> list[Path]:
@@ -107,7 +106,8 @@ def replica_starts(
     sessions: list[Path], app: str, deployment: str, killed_at: datetime
 ) -> list[ReplicaStart]:
     """Every replica of `app`'s `deployment` the controller started since `killed_at`, step
-    by step. Call it once the replacements serve: later kills are not told apart."""
+    by step. Call it once the replacements serve: a start for another reason in that time
+    (the autoscaler's) is counted too, and a later kill's are not told apart."""
     logs = [s / "logs" for s in sessions]
     controller = [
         line
@@ -116,23 +116,25 @@ def replica_starts(
         if re.fullmatch(r"controller_\d+\.log", path.name)
         for line in _lines(path)
     ]
-    raylet = [line for folder in logs for line in _lines(folder / "raylet.out")]
+    # Nodes sharing a temp dir share a session folder: the second raylet writes raylet.1.out.
+    raylet = [line for f in logs for path in sorted(f.glob("raylet*.out")) for line in _lines(path)]
     who = rf"Replica\(id='(\w+)', deployment='{re.escape(deployment)}', app='{re.escape(app)}'\)"
 
     def within(line: str) -> datetime | None:
         at = _stamp(SERVE_TIME, line)
         return at if at is not None and at >= killed_at else None
 
-    noticed = next(
-        (at for line in controller if re.search(who + " crashed", line) and (at := within(line))),
-        None,
+    crashes = sorted(
+        at for line in controller if re.search(who + " crashed", line) and (at := within(line))
     )
-    starts = []
+    starts: list[ReplicaStart] = []
     for line in controller:
         match = re.search(r"-- Starting " + who, line)
         started = within(line) if match else None
         if match is None or started is None:
             continue
+        # The n-th replacement answers the n-th death noticed (Serve starts one per death).
+        noticed = crashes[len(starts)] if len(starts) < len(crashes) else None
         replica = match.group(1)
         mine = f"Replica(id='{replica}'"
         running_line = next(
@@ -140,15 +142,12 @@ def replica_starts(
         )
         pid_match = re.search(r"PID: (\d+)", running_line or "")
         pid = int(pid_match.group(1)) if pid_match else None
-        spawned = next(
-            (
-                _stamp(CORE_TIME, x)
-                for x in raylet
-                if pid is not None and f"Started worker process with pid {pid} " in x
-            ),
-            None,
+        spawn = _spawned(raylet, pid, started)
+        core = (
+            _first(p for f in logs for p in f.glob(f"python-core-worker-{spawn[1]}_{pid}.log"))
+            if spawn
+            else []
         )
-        core = _first(p for f in logs for p in f.glob(f"python-core-worker-*_{pid}.log"))
         own_log = f"serve/replica_{app}_{deployment}_{replica}.log"
         own = _first(p for f in logs for p in f.glob(own_log))
         ready_line = next((x for x in own if " ready in " in x), None)
@@ -156,7 +155,7 @@ def replica_starts(
             killed_at,
             noticed,
             started,
-            spawned,
+            spawn[0] if spawn else None,
             _stamp(CORE_TIME, core[0]) if core else None,
             _stamp(SERVE_TIME, own[0]) if own else None,
             _stamp(SERVE_TIME, ready_line) if ready_line else None,
@@ -175,6 +174,29 @@ def replica_starts(
     return starts
 
 
+def _spawned(raylet: list[str], pid: int | None, since: datetime) -> tuple[datetime, str] | None:
+    """When the raylet started worker `pid`, from `since` on (a pid can be reused), and the
+    worker id its core worker's log is named by."""
+    for line in raylet:
+        if pid is None or f"Started worker process with pid {pid} " not in line:
+            continue
+        at = _stamp(CORE_TIME, line)
+        worker = re.search(r"worker_id=(\w+)", line)
+        if at is not None and at >= since and worker is not None:
+            return at, worker.group(1)
+    return None
+
+
+def traced(starts: list[ReplicaStart], listed_after_s: float | None) -> list[dict[str, Any]]:
+    """The starts as the report keeps them, each with `haproxy_s`: from the last of them
+    marked running to HAProxy listing them all (`listed_after_s`, timed by the scenario)."""
+    running = [s.running_after_s for s in starts if s.running_after_s is not None]
+    haproxy = (
+        round(listed_after_s - max(running), 2) if running and listed_after_s is not None else None
+    )
+    return [{**s.as_dict(), "haproxy_s": haproxy} for s in starts]
+
+
 def _steps(marks: list[datetime | None]) -> dict[str, float]:
     """Seconds between consecutive marks, each named by the step it ends. A missing mark
     leaves out both steps it bounds: no step is given another's time."""
@@ -186,8 +208,8 @@ def _steps(marks: list[datetime | None]) -> dict[str, float]:
 
 
 def median_steps(starts: list[dict[str, Any]]) -> dict[str, float]:
-    """The median of each step, and of `haproxy_s`, over traced replica starts (the
-    `ReplicaStart.as_dict` shape), over the starts that have it."""
+    """The median of each step, and of `haproxy_s`, over traced replica starts (`traced`'s
+    shape), each over the starts that have it."""
     out: dict[str, float] = {}
     for key in (*STEPS, "haproxy_s"):
         values: list[float] = [

@@ -9,9 +9,11 @@ import pytest
 from loadtest.reliability.report import startup_rows
 from loadtest.reliability.startup_trace import (
     STEPS,
+    ReplicaStart,
     median_steps,
     replica_starts,
     session_dirs,
+    traced,
 )
 
 pytestmark = pytest.mark.unit
@@ -30,6 +32,8 @@ def write_session(root: Path, *, core_log: bool = True) -> Path:
         f"INFO 2026-11-29 08:41:29,100 controller 15331 -- Starting Replica(id='old1', {who}).\n"
         f"INFO 2026-11-29 08:41:33,000 controller 15331 -- Replica(id='old1', {who}) started "
         "successfully on node 'n' after 3.9s (PID: 15711).\n"
+        f"WARNING 2026-11-29 08:30:00,000 controller 15331 -- Actor for Replica(id='old0', "
+        f"{who}) crashed, marking it unhealthy immediately.\n"
         f"WARNING 2026-11-29 08:43:33,053 controller 15331 -- Actor for Replica(id='old1', "
         f"{who}) crashed, marking it unhealthy immediately.\n"
         f"INFO 2026-11-29 08:43:33,063 controller 15331 -- Starting Replica(id='mdpo3dwx', "
@@ -41,11 +45,21 @@ def write_session(root: Path, *, core_log: bool = True) -> Path:
     (logs / "serve" / "controller_build_galaxy-raiders-2026-11_15448.log").write_text(
         f"INFO 2026-11-29 08:43:40,000 controller 15448 -- Starting Replica(id='nope', {who}).\n"
     )
+    # The second node's raylet in a shared session folder writes raylet.1.out; pid 16481 was
+    # a worker once before (its own id), and that one must not be read.
     (logs / "raylet.out").write_text(
+        "[2026-11-29 08:20:00,000 I 15047 15047] (raylet) worker_pool.cc:564: Started worker "
+        "process with pid 16481 worker_id=0ld\n"
         "[2026-11-29 08:41:29,500 I 15047 15047] (raylet) worker_pool.cc:564: Started worker "
         "process with pid 15711 worker_id=aa\n"
-        "[2026-11-29 08:43:33,089 I 15047 15047] (raylet) worker_pool.cc:564: Started worker "
+    )
+    (logs / "raylet.1.out").write_text(
+        "[2026-11-29 08:43:33,089 I 15048 15048] (raylet) worker_pool.cc:564: Started worker "
         "process with pid 16481 worker_id=7e\n"
+    )
+    (logs / "python-core-worker-0ld_16481.log").write_text(
+        "[2026-11-29 08:20:01,000 I 16481 16481] core_worker_process.cc:872: Constructing "
+        "CoreWorkerProcess. pid: 16481\n"
     )
     if core_log:
         (logs / "python-core-worker-7e_16481.log").write_text(
@@ -53,7 +67,9 @@ def write_session(root: Path, *, core_log: bool = True) -> Path:
             "CoreWorkerProcess. pid: 16481\n"
         )
     (logs / "serve" / f"replica_{APP}_supervisor_mdpo3dwx.log").write_text(
-        f"INFO 2026-11-29 08:43:35,749 {APP}_supervisor mdpo3dwx -- 0 threads raised\n"
+        f"INFO 2026-11-29 08:43:35,749 {APP}_supervisor mdpo3dwx -- Started initializing "
+        "replica.\n"
+        f"INFO 2026-11-29 08:43:35,753 {APP}_supervisor mdpo3dwx -- 0 threads raised\n"
         f"INFO 2026-11-29 08:43:36,429 {APP}_supervisor mdpo3dwx -- supervisor ready in 684 "
         "ms (runtime onnx): process set-up 4 ms\n"
     )
@@ -76,7 +92,7 @@ def test_each_step_ends_at_its_own_log_line(tmp_path):
         "marked running": 0.23,
     }
     assert start.running_after_s == 4.53
-    assert start.as_dict(listed_after_s=5.2)["haproxy_s"] == 0.67
+    assert traced([start], listed_after_s=5.2)[0]["haproxy_s"] == 0.67
 
 
 def test_a_missing_line_leaves_out_the_steps_it_bounds_and_keeps_the_total(tmp_path):
@@ -95,6 +111,38 @@ def test_starts_before_the_kill_and_of_other_apps_are_not_counted(tmp_path):
 
     assert replica_starts([session], APP, "supervisor", datetime(2026, 11, 29, 8, 44)) == []
     assert replica_starts([session], "galaxy-raiders-2026-10", "supervisor", KILLED) == []
+
+
+def test_each_replacement_is_timed_from_its_own_death_noticed(tmp_path):
+    """Every supervisor killed: the controller notices each death on its own health check,
+    and starts one replacement per death, in that order."""
+    session = write_session(tmp_path)
+    who = "deployment='supervisor', app='galaxy-raiders-2026-11'"
+    with (session / "logs" / "serve" / "controller_15331.log").open("a") as log:
+        log.write(
+            f"WARNING 2026-11-29 08:43:34,500 controller 15331 -- Actor for Replica(id='old2', "
+            f"{who}) crashed, marking it unhealthy immediately.\n"
+            f"INFO 2026-11-29 08:43:34,510 controller 15331 -- Starting Replica(id='second', "
+            f"{who}).\n"
+        )
+
+    first, second = replica_starts([session], APP, "supervisor", KILLED)
+
+    assert (first.steps_s["noticed"], first.steps_s["scheduled"]) == (0.93, 0.01)
+    assert (second.steps_s["noticed"], second.steps_s["scheduled"]) == (2.38, 0.01)
+    # Never marked running: only the steps its log lines bound.
+    assert second.running_after_s is None
+    assert set(second.steps_s) == {"noticed", "scheduled"}
+
+
+def test_haproxy_is_timed_from_the_last_replacement_running():
+    def start(running):
+        return ReplicaStart(replica="r", pid=1, steps_s={}, running_after_s=running)
+
+    rows = traced([start(4.0), start(5.5), start(None)], listed_after_s=6.25)
+
+    assert [r["haproxy_s"] for r in rows] == [0.75, 0.75, 0.75]
+    assert traced([start(4.0)], listed_after_s=None)[0]["haproxy_s"] is None
 
 
 def test_sessions_are_read_from_the_raylets_command_lines():
