@@ -16,7 +16,7 @@ from loadtest.reliability.startup_trace import (
     traced,
 )
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 APP = "galaxy-raiders-2026-11"
 KILLED = datetime(2026, 11, 29, 8, 43, 32, 124000)
