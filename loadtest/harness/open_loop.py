@@ -80,6 +80,11 @@ class Shot:
     # Through a game's route: the version that answered, and why it was not the player's own.
     version: str | None = None
     rerouted_reason: str | None = None
+    # A login whose connection was closed with no answer is still counted unanswered; it is
+    # then sent once more, at once, on a new connection, as docs/api.md tells game servers
+    # to: what that one resend got (None: not resent, or no answer again) and how long it took.
+    resend_status: int | None = None
+    resend_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -155,12 +160,33 @@ class Caller:
                     rerouted_reason=body.get("rerouted_reason"),
                 )
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            latency_ms = (time.monotonic() - sent) * 1000.0
+            # Only a close without an answer is resent: a timeout is a hang, never retried.
+            closed = isinstance(exc, aiohttp.ServerDisconnectedError)
+            status, resend_ms = await self._resend(payload) if closed else (None, None)
             return Shot(
                 sent_s=sent - self.started,
-                latency_ms=(time.monotonic() - sent) * 1000.0,
+                latency_ms=latency_ms,
                 status=None,
                 error=f"{type(exc).__name__}: {exc}"[:200],
+                resend_status=status,
+                resend_ms=resend_ms,
             )
+
+    async def _resend(self, payload: dict[str, str]) -> tuple[int | None, float]:
+        """The documented client's one resend, on a connection of its own."""
+        sent = time.monotonic()
+        connector = aiohttp.TCPConnector(force_close=True)
+        try:
+            async with (
+                aiohttp.ClientSession(connector=connector) as session,
+                session.post(self.url, json=payload, timeout=self.timeout) as response,
+            ):
+                await response.read()
+                status: int | None = response.status
+        except (TimeoutError, aiohttp.ClientError):
+            status = None
+        return status, round((time.monotonic() - sent) * 1000.0, 1)
 
 
 def _session() -> aiohttp.ClientSession:
@@ -245,4 +271,19 @@ def summarize(shots: Sequence[Shot]) -> dict[str, Any]:
         # Where the 200s' offers came from: online, precomputed (the batch run's offer, when
         # the online path failed) or default.
         "tier_share": {tier: round(count / len(ok), 4) for tier, count in sorted(tiers.items())},
+        # The unanswered logins closed without an answer, and what their one resend got.
+        "resent_after_close": _resends(shots),
+    }
+
+
+def _resends(shots: Sequence[Shot]) -> dict[str, Any]:
+    resent = [s for s in shots if s.status is None and s.resend_ms is not None]
+    counts: dict[str, int] = {}
+    for s in resent:
+        key = "no_answer" if s.resend_status is None else str(s.resend_status)
+        counts[key] = counts.get(key, 0) + 1
+    return {
+        "resent": len(resent),
+        "status_counts": dict(sorted(counts.items())),
+        "max_ms": max((s.resend_ms or 0.0 for s in resent), default=None),
     }

@@ -125,12 +125,22 @@ def target_rows(report: dict[str, Any]) -> str:
         shown = f"{name} (fault not applied)" if s.get("fault_applied") is False else name
         floor_text = f"{floor:.0f}" if floor is not None else "-"
         lines.append(
-            f"| {shown} | {s['no_answer']} | {s['http_5xx_non503']} "
+            f"| {shown} | {unanswered(s)} | {s['http_5xx_non503']} "
             f"| {s['over_budget_plus_100ms']} "
             f"| {refusal if refusal is not None else '-'} / {floor_text} | {own or '-'} "
             f"| {'yes' if not misses else 'no: ' + ', '.join(misses)} |"
         )
     return "\n".join(lines)
+
+
+def unanswered(s: dict[str, Any]) -> str:
+    """The unanswered count, and what the closed ones got when resent once (a game server
+    does that, docs/api.md); still unanswered for the target."""
+    resent = s.get("resent_after_close") or {}
+    if not resent.get("resent"):
+        return str(s["no_answer"])
+    counts = ", ".join(f"{status}: {n}" for status, n in resent["status_counts"].items())
+    return f"{s['no_answer']} (closed, resent once: {counts}; ≤ {resent['max_ms']} ms)"
 
 
 def own_figures(name: str, s: dict[str, Any]) -> tuple[str, list[str]]:

@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from loadtest.harness.open_loop import (
+    Caller,
     Shot,
     burst,
     constant_rate,
@@ -40,6 +41,87 @@ def test_summary_separates_refusals_errors_and_lost_logins():
     assert s["client_max_ms"] == 900
     assert s["refusal_p99_ms"] == 8
     assert s["fallback_share_by_reason"] == {"quorum": pytest.approx(1 / 3, abs=1e-4)}
+
+
+class ClosesFirst:
+    """A server that closes the first connection it gets without answering (as HAProxy
+    does when every replica of a version died under a login) and answers `503` after."""
+
+    def __init__(self):
+        self.connections = 0
+
+    async def serve(self, reader, writer):
+        self.connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if self.connections > 1:
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n"
+                b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            await writer.drain()
+        writer.close()
+
+
+async def one_login(server: ClosesFirst):
+    import asyncio
+
+    import aiohttp
+
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    async with listener, aiohttp.ClientSession() as session:
+        return await Caller(f"http://127.0.0.1:{port}/g", "g").login(session, "p0000001")
+
+
+def test_a_login_closed_unanswered_stays_unanswered_and_is_resent_once():
+    server = ClosesFirst()
+
+    login = run_client(one_login(server))
+
+    assert login.status is None
+    assert login.error.startswith("ServerDisconnectedError")
+    assert (login.resend_status, server.connections) == (503, 2)
+    assert login.resend_ms is not None
+    s = summarize([login, shot(0.1, 10, 200)])
+    assert s["no_answer"] == 1
+    assert s["resent_after_close"]["status_counts"] == {"503": 1}
+
+
+class NeverAnswers:
+    def __init__(self):
+        self.connections = 0
+
+    async def serve(self, reader, writer):
+        import asyncio
+
+        self.connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(5)  # past the client's timeout
+        writer.close()
+
+
+async def one_login_with_timeout(server: NeverAnswers):
+    import asyncio
+
+    import aiohttp
+
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    async with aiohttp.ClientSession() as session:
+        caller = Caller(f"http://127.0.0.1:{port}/g", "g", timeout_s=0.2)
+        login = await caller.login(session, "p0000001")
+    listener.close()
+    return login
+
+
+def test_a_login_that_times_out_is_a_hang_and_is_not_resent():
+    server = NeverAnswers()
+
+    login = run_client(one_login_with_timeout(server))
+
+    assert login.status is None and login.error.startswith("TimeoutError")
+    assert (login.resend_status, login.resend_ms, server.connections) == (None, None, 1)
+    assert summarize([login])["resent_after_close"]["resent"] == 0
 
 
 def test_schedules():

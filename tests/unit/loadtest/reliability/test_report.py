@@ -3,7 +3,7 @@ named, and the floor a refusal is held to taken from its own burst."""
 
 import pytest
 
-from loadtest.reliability.report import floor_for, target_rows
+from loadtest.reliability.report import floor_for, target_rows, unanswered
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -55,3 +55,18 @@ def test_each_miss_is_named_and_a_clean_row_is_met():
     assert lines["version_down_direct"].endswith("| no: personalized again |")
     assert lines["restart_time"].endswith("| yes |")
     assert lines["tier_outage_fresh"].endswith("| no: precomputed share |")
+
+
+def test_a_closed_login_stays_unanswered_and_shows_what_its_resend_got():
+    resent = {"resent": 2, "status_counts": {"503": 1, "no_answer": 1}, "max_ms": 14.2}
+    report = {
+        "client_floor_p99_ms": FLOORS,
+        "scenarios": {"version_down_direct": row(no_answer=2, resent_after_close=resent)},
+    }
+
+    (line,) = target_rows(report).splitlines()[2:]
+
+    assert "| 2 (closed, resent once: 503: 1, no_answer: 1; ≤ 14.2 ms) |" in line
+    assert "no: unanswered" in line
+    assert unanswered(row(no_answer=0, resent_after_close={"resent": 0})) == "0"
+    assert unanswered(row(no_answer=1)) == "1"  # a report from before the resend
