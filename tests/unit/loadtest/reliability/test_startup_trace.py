@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from loadtest.reliability import startup_trace as trace
 from loadtest.reliability.report import startup_rows
-from loadtest.reliability.startup_trace import (
-    STEPS,
-    ReplicaStart,
-    median_steps,
-    replica_starts,
-    session_dirs,
-    traced,
-)
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
@@ -79,7 +72,7 @@ def write_session(root: Path, *, core_log: bool = True) -> Path:
 def test_each_step_ends_at_its_own_log_line(tmp_path):
     session = write_session(tmp_path)
 
-    (start,) = replica_starts([session], APP, "supervisor", KILLED)
+    (start,) = trace.replica_starts([session], APP, "supervisor", KILLED)
 
     assert (start.replica, start.pid) == ("mdpo3dwx", 16481)
     assert start.steps_s == {
@@ -92,13 +85,13 @@ def test_each_step_ends_at_its_own_log_line(tmp_path):
         "marked running": 0.23,
     }
     assert start.running_after_s == 4.53
-    assert traced([start], listed_after_s=5.2)[0]["haproxy_s"] == 0.67
+    assert trace.traced([start], listed_after_s=5.2)[0]["haproxy_s"] == 0.67
 
 
 def test_a_missing_line_leaves_out_the_steps_it_bounds_and_keeps_the_total(tmp_path):
     session = write_session(tmp_path, core_log=False)
 
-    (start,) = replica_starts([session], APP, "supervisor", KILLED)
+    (start,) = trace.replica_starts([session], APP, "supervisor", KILLED)
 
     assert "interpreter and Ray" not in start.steps_s
     assert "Serve and app" not in start.steps_s
@@ -109,8 +102,8 @@ def test_a_missing_line_leaves_out_the_steps_it_bounds_and_keeps_the_total(tmp_p
 def test_starts_before_the_kill_and_of_other_apps_are_not_counted(tmp_path):
     session = write_session(tmp_path)
 
-    assert replica_starts([session], APP, "supervisor", datetime(2026, 11, 29, 8, 44)) == []
-    assert replica_starts([session], "galaxy-raiders-2026-10", "supervisor", KILLED) == []
+    assert trace.replica_starts([session], APP, "supervisor", datetime(2026, 11, 29, 8, 44)) == []
+    assert trace.replica_starts([session], "galaxy-raiders-2026-10", "supervisor", KILLED) == []
 
 
 def test_each_replacement_is_timed_from_its_own_death_noticed(tmp_path):
@@ -126,7 +119,7 @@ def test_each_replacement_is_timed_from_its_own_death_noticed(tmp_path):
             f"{who}).\n"
         )
 
-    first, second = replica_starts([session], APP, "supervisor", KILLED)
+    first, second = trace.replica_starts([session], APP, "supervisor", KILLED)
 
     assert (first.steps_s["noticed"], first.steps_s["scheduled"]) == (0.93, 0.01)
     assert (second.steps_s["noticed"], second.steps_s["scheduled"]) == (2.38, 0.01)
@@ -137,12 +130,12 @@ def test_each_replacement_is_timed_from_its_own_death_noticed(tmp_path):
 
 def test_haproxy_is_timed_from_the_last_replacement_running():
     def start(running):
-        return ReplicaStart(replica="r", pid=1, steps_s={}, running_after_s=running)
+        return trace.ReplicaStart(replica="r", pid=1, steps_s={}, running_after_s=running)
 
-    rows = traced([start(4.0), start(5.5), start(None)], listed_after_s=6.25)
+    rows = trace.traced([start(4.0), start(5.5), start(None)], listed_after_s=6.25)
 
     assert [r["haproxy_s"] for r in rows] == [0.75, 0.75, 0.75]
-    assert traced([start(4.0)], listed_after_s=None)[0]["haproxy_s"] is None
+    assert trace.traced([start(4.0)], listed_after_s=None)[0]["haproxy_s"] is None
 
 
 def test_sessions_are_read_from_the_raylets_command_lines():
@@ -154,12 +147,12 @@ def test_sessions_are_read_from_the_raylets_command_lines():
         [],
     ]
 
-    assert session_dirs(cmdlines) == [Path("/tmp/r/s1"), Path("/tmp/r/s2")]
+    assert trace.session_dirs(cmdlines) == [Path("/tmp/r/s1"), Path("/tmp/r/s2")]
 
 
 def test_the_report_gives_each_kill_the_median_of_each_step():
     def start(noticed, haproxy):
-        steps = dict.fromkeys(STEPS, 1.0) | {"noticed": noticed}
+        steps = dict.fromkeys(trace.STEPS, 1.0) | {"noticed": noticed}
         return {"replica": "r", "pid": 1, "steps_s": steps, "running_after_s": 7.0,
                 "haproxy_s": haproxy}  # fmt: skip
 
@@ -171,8 +164,8 @@ def test_the_report_gives_each_kill_the_median_of_each_step():
         }
     }
 
-    assert median_steps(starts)["noticed"] == 0.4
-    assert median_steps(starts)["haproxy_s"] == 0.6
+    assert trace.median_steps(starts)["noticed"] == 0.4
+    assert trace.median_steps(starts)["haproxy_s"] == 0.6
     rows = startup_rows(report).splitlines()
     assert len(rows) == 3
     assert rows[2].startswith("| restart_time: one replaced | 3 | 0.40 | 1.00 |")
