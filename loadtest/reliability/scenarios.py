@@ -95,6 +95,22 @@ def back_on_version_after_s(shots: list[Shot], fault_at: float, version: str) ->
     return round(max(away) - fault_at, 2)
 
 
+def timed_from_kills(restarts: dict[str, Any], origin: float, shots: list[Shot]) -> dict[str, Any]:
+    """A restart scenario's figures, each timed from its kill (`_kills`: time.monotonic()
+    at each SIGKILL) on the run's clock (`origin`), not from FAULT_AT_S, when the fault only
+    starts looking up the replicas to kill: `fault_at_s` (the first kill), personalized again
+    after it, and after the last kill when there were two."""
+    figures = {key: value for key, value in restarts.items() if key != "_kills"}
+    kills = [round(kill - origin, 2) for kill in restarts.get("_kills", [])]
+    if kills:
+        figures["fault_at_s"] = kills[0]
+        figures["recovered_after_s"] = recovered_after_s(shots, kills[0])
+    if len(kills) > 1:
+        figures["all_killed_at_s"] = kills[-1]
+        figures["all_personalized_again_after_s"] = recovered_after_s(shots, kills[-1])
+    return figures
+
+
 def recovered_after_s(shots: list[Shot], fault_at: float) -> float | None:
     """Seconds from the fault until every later login got a full answer: 200 and personalized
     (or the unknown-player fallback, which no fault causes). None: not by the end of the run."""
@@ -291,16 +307,11 @@ def version_restarts(
     restarts: dict[str, Any] = {}
 
     def down() -> str:
-        did = kill_and_time(True, direct, "replaced_after_s")
-        direct.pop("_kills", None)
-        return did
+        return kill_and_time(True, direct, "replaced_after_s")
 
     def one_then_all() -> str:
         first = kill_and_time(False, restarts, "one_replaced_after_s")
         second = kill_and_time(True, restarts, "all_replaced_after_s")
-        one, every = restarts.pop("_kills")
-        # The first kill came FAULT_AT_S into the run (give or take the pid lookup).
-        restarts["all_killed_at_s"] = round(FAULT_AT_S + every - one, 2)
         return f"{first}; once replaced, {second}"
 
     return [
@@ -440,8 +451,11 @@ def run_scenario(
     applied: list[bool] = []
     base = f"http://127.0.0.1:{target.port}{target.routes[scenario.route]}"
 
+    origin: list[float] = []  # the run's clock: the caller's start, on time.monotonic()
+
     async def drive() -> list[Shot]:
         caller = Caller(base, target.game)
+        origin.append(caller.started)
         load = asyncio.ensure_future(scenario.load(caller))
         if scenario.fault is not None:
             await asyncio.sleep(FAULT_AT_S)
@@ -504,11 +518,7 @@ def run_scenario(
             if back is not None and value.get("after_s") is not None:
                 summary["back_after_healthy_s"] = round(back - value["after_s"], 2)
         elif key == "restarts":
-            summary.update(value)
-            if "all_killed_at_s" in value:
-                summary["all_personalized_again_after_s"] = recovered_after_s(
-                    shots, value["all_killed_at_s"]
-                )
+            summary.update(timed_from_kills(value, origin[0], shots) if origin else value)
         elif key == "tier_after_fault":
             summary["tier_share_after_fault"] = tier_share(
                 [s for s in shots if FAULT_AT_S + 1 <= s.sent_s <= FAULT_AT_S + STORE_PAUSED_S]

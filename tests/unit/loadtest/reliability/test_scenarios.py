@@ -8,6 +8,7 @@ from loadtest.reliability.scenarios import (
     back_on_version_after_s,
     build_scenarios,
     recovered_after_s,
+    timed_from_kills,
 )
 from loadtest.reliability.targets import Target
 
@@ -37,6 +38,25 @@ def test_recovery_is_the_last_degraded_login_after_the_fault():
     assert recovered_after_s(before + during + after + unknown, 5.0) == 1.0
     assert recovered_after_s(before + after, 5.0) == 0.0
     assert recovered_after_s(before + during, 5.0) is None  # degraded until the end
+
+
+def test_restart_figures_are_timed_from_each_kill_not_from_the_fault_instant():
+    """The fault fires at FAULT_AT_S (8 s) and then looks up the replicas: the kill came
+    0.12 s later, and the second one 4.5 s after that (time.monotonic(), origin 100.0)."""
+    shots = [shot(t, 50, 200) for t in (7.0, 8.0, 8.1)]
+    shots += [shot(t, 5, 503) for t in (8.2, 9.5, 12.7, 13.0)]
+    shots += [shot(t, 50, 200) for t in (13.2, 14.0)]
+    restarts = {"_kills": [108.12, 112.62], "one_replaced_after_s": 4.1}
+
+    figures = timed_from_kills(restarts, 100.0, shots)
+
+    assert figures["fault_at_s"] == 8.12
+    assert figures["recovered_after_s"] == 4.88  # the last refusal, 13.0 s, after 8.12
+    assert (figures["all_killed_at_s"], figures["all_personalized_again_after_s"]) == (12.62, 0.38)
+    assert figures["one_replaced_after_s"] == 4.1
+    assert "_kills" not in figures
+    # With no kill recorded (the fault not applied), the notes pass through as they are.
+    assert timed_from_kills({"replaced_after_s": None}, 100.0, shots) == {"replaced_after_s": None}
 
 
 def routed(t, version, reason=None):
