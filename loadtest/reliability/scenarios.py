@@ -100,7 +100,7 @@ def timed_from_kills(restarts: dict[str, Any], origin: float, shots: list[Shot])
     at each SIGKILL) on the run's clock (`origin`), not from FAULT_AT_S, when the fault only
     starts looking up the replicas to kill: `fault_at_s` (the first kill), personalized again
     after it, and after the last kill when there were two."""
-    figures = {key: value for key, value in restarts.items() if key != "_kills"}
+    figures = {key: value for key, value in restarts.items() if not key.startswith("_")}
     kills = [round(kill - origin, 2) for kill in restarts.get("_kills", [])]
     if kills:
         figures["fault_at_s"] = kills[0]
@@ -109,6 +109,29 @@ def timed_from_kills(restarts: dict[str, Any], origin: float, shots: list[Shot])
         figures["all_killed_at_s"] = kills[-1]
         figures["all_personalized_again_after_s"] = recovered_after_s(shots, kills[-1])
     return figures
+
+
+def trace_restarts(restarts: dict[str, Any], target: Target) -> dict[str, Any]:
+    """Where each kill's way back went (startup_trace), from the Ray session's logs: one
+    `<key>_steps` list per kill, each kill's starts up to the next kill. Only a reading: a
+    trace that fails is logged and left empty, never ends the scenario."""
+    traces = restarts.get("_traces", [])
+    ends = [killed for _, killed in traces[1:]] + [None]
+    out: dict[str, Any] = {}
+    try:
+        sessions = ray_sessions(target.cluster)
+    except Exception as exc:
+        log(f"way back not traced: {exc!r}")
+        sessions = []
+    for (key, killed), until in zip(traces, ends, strict=True):
+        try:
+            starts = replica_starts(sessions, target.version_app, "supervisor", killed, until)
+            steps = traced(starts, restarts.get(key))
+        except Exception as exc:
+            log(f"way back not traced: {exc!r}")
+            steps = []
+        out[key.removesuffix("_after_s") + "_steps"] = steps
+    return out
 
 
 def recovered_after_s(shots: list[Shot], fault_at: float) -> float | None:
@@ -289,18 +312,9 @@ def version_restarts(
         timings.setdefault("_kills", []).append(killed_at)
         for pid in victims:
             psutil.Process(pid).send_signal(signal.SIGKILL)
-        listed = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
-        timings[key] = listed
-        # Where that time went, from the Ray session's logs (startup_trace). Only a reading:
-        # whatever goes wrong in it must not end the scenario.
-        try:
-            sessions = ray_sessions(target.cluster)
-            starts = replica_starts(sessions, target.version_app, "supervisor", killed_wall)
-            steps = traced(starts, listed)
-        except Exception as exc:
-            log(f"way back not traced: {exc!r}")
-            steps = []
-        timings[key.removesuffix("_after_s") + "_steps"] = steps
+        timings[key] = seconds_until_replaced(admin, backend, before, killed_at, len(victims))
+        # Traced from the logs once the load is over (trace_restarts), not in the run's time.
+        timings.setdefault("_traces", []).append((key, killed_wall))
         return f"SIGKILL {len(victims)} of {len(pids)} supervisors (pids {victims})"
 
     direct: dict[str, Any] = {}
@@ -519,6 +533,7 @@ def run_scenario(
                 summary["back_after_healthy_s"] = round(back - value["after_s"], 2)
         elif key == "restarts":
             summary.update(timed_from_kills(value, origin[0], shots) if origin else value)
+            summary.update(trace_restarts(value, target))
         elif key == "tier_after_fault":
             summary["tier_share_after_fault"] = tier_share(
                 [s for s in shots if FAULT_AT_S + 1 <= s.sent_s <= FAULT_AT_S + STORE_PAUSED_S]

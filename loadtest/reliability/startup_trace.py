@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from statistics import median
@@ -59,14 +59,6 @@ class ReplicaStart:
     pid: int | None
     steps_s: dict[str, float]
     running_after_s: float | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "replica": self.replica,
-            "pid": self.pid,
-            "steps_s": self.steps_s,
-            "running_after_s": self.running_after_s,
-        }
 
 
 def session_dirs(cmdlines: Iterable[list[str]]) -> list[Path]:
@@ -103,11 +95,15 @@ def _first(paths: Iterable[Path]) -> list[str]:
 
 
 def replica_starts(
-    sessions: list[Path], app: str, deployment: str, killed_at: datetime
+    sessions: list[Path],
+    app: str,
+    deployment: str,
+    killed_at: datetime,
+    until: datetime | None = None,
 ) -> list[ReplicaStart]:
-    """Every replica of `app`'s `deployment` the controller started since `killed_at`, step
-    by step. Call it once the replacements serve: a start for another reason in that time
-    (the autoscaler's) is counted too, and a later kill's are not told apart."""
+    """Every replica of `app`'s `deployment` the controller started from `killed_at` until
+    `until` (the next kill, if any), step by step. A start for another reason in that time
+    (the autoscaler's) is counted too."""
     logs = [s / "logs" for s in sessions]
     controller = [
         line
@@ -122,7 +118,9 @@ def replica_starts(
 
     def within(line: str) -> datetime | None:
         at = _stamp(SERVE_TIME, line)
-        return at if at is not None and at >= killed_at else None
+        if at is None or at < killed_at or (until is not None and at >= until):
+            return None
+        return at
 
     crashes = sorted(
         at for line in controller if re.search(who + " crashed", line) and (at := within(line))
@@ -194,7 +192,7 @@ def traced(starts: list[ReplicaStart], listed_after_s: float | None) -> list[dic
     haproxy = (
         round(listed_after_s - max(running), 2) if running and listed_after_s is not None else None
     )
-    return [{**s.as_dict(), "haproxy_s": haproxy} for s in starts]
+    return [{**asdict(s), "haproxy_s": haproxy} for s in starts]
 
 
 def _steps(marks: list[datetime | None]) -> dict[str, float]:

@@ -1,5 +1,7 @@
 """Recovery after a fault: measured from the client's logins, not from the service's state."""
 
+from datetime import datetime
+
 import pytest
 
 from loadtest.harness.open_loop import Shot
@@ -9,6 +11,7 @@ from loadtest.reliability.scenarios import (
     build_scenarios,
     recovered_after_s,
     timed_from_kills,
+    trace_restarts,
 )
 from loadtest.reliability.targets import Target
 
@@ -57,6 +60,38 @@ def test_restart_figures_are_timed_from_each_kill_not_from_the_fault_instant():
     assert "_kills" not in figures
     # With no kill recorded (the fault not applied), the notes pass through as they are.
     assert timed_from_kills({"replaced_after_s": None}, 100.0, shots) == {"replaced_after_s": None}
+
+
+def test_the_way_back_is_traced_after_the_load_each_kill_up_to_the_next(tmp_path, monkeypatch):
+    import loadtest.reliability.scenarios as scenarios
+    from tests.unit.loadtest.reliability.test_startup_trace import KILLED, write_session
+
+    session = write_session(tmp_path)
+    monkeypatch.setattr(scenarios, "ray_sessions", lambda cluster: [session])
+    second = datetime(2026, 11, 29, 8, 43, 40)
+    restarts = {
+        "one_replaced_after_s": 5.2,
+        "all_replaced_after_s": 9.0,
+        "_traces": [("one_replaced_after_s", KILLED), ("all_replaced_after_s", second)],
+    }
+
+    steps = trace_restarts(restarts, local_target())
+
+    (one,) = steps["one_replaced_steps"]
+    assert (one["replica"], one["haproxy_s"]) == ("mdpo3dwx", 0.67)
+    assert steps["all_replaced_steps"] == []
+
+
+def test_a_trace_that_fails_is_left_empty_and_the_scenario_goes_on(monkeypatch):
+    import loadtest.reliability.scenarios as scenarios
+
+    def broken(cluster):
+        raise PermissionError("no /proc here")
+
+    monkeypatch.setattr(scenarios, "ray_sessions", broken)
+    restarts = {"replaced_after_s": 6.0, "_traces": [("replaced_after_s", datetime(2026, 1, 1))]}
+
+    assert trace_restarts(restarts, local_target()) == {"replaced_steps": []}
 
 
 def routed(t, version, reason=None):

@@ -106,6 +106,14 @@ def test_starts_before_the_kill_and_of_other_apps_are_not_counted(tmp_path):
     assert trace.replica_starts([session], "galaxy-raiders-2026-10", "supervisor", KILLED) == []
 
 
+def test_a_kill_s_window_ends_at_the_next_kill(tmp_path):
+    session = write_session(tmp_path)
+    next_kill = datetime(2026, 11, 29, 8, 43, 33)  # before the replacement's start line
+
+    assert trace.replica_starts([session], APP, "supervisor", KILLED, next_kill) == []
+    assert len(trace.replica_starts([session], APP, "supervisor", KILLED, None)) == 1
+
+
 def test_each_replacement_is_timed_from_its_own_death_noticed(tmp_path):
     """Every supervisor killed: the controller notices each death on its own health check,
     and starts one replacement per death, in that order."""
