@@ -70,16 +70,16 @@ def give_way(niceness: int, tasks: Path = TASKS) -> int:
     return raised
 
 
-def start_niced(niceness: int, python: str | None = None) -> dict[str, Any]:
+def start_niced(niceness: int, command: str | None = None) -> dict[str, Any]:
     """The runtime_env (Ray's `py_executable`) that starts a replica's worker under `nice` at
-    `niceness`, with `python` (default: this interpreter, the node's). Empty when there is
-    nothing to raise or no `nice` on this host: the replica then starts as Ray starts it and
-    gives way in its constructor only."""
+    `niceness`, with `command` (a shell command; default: this interpreter, the node's). Empty
+    when there is nothing to raise or no `nice` on this host: the replica then starts as Ray
+    starts it and gives way in its constructor only."""
     nice = shutil.which("nice")
     if niceness <= 0 or nice is None:
         return {}
-    interpreter = python or sys.executable
-    return {"py_executable": f"{shlex.quote(nice)} -n {niceness} {shlex.quote(interpreter)}"}
+    interpreter = command or shlex.quote(sys.executable)
+    return {"py_executable": f"{shlex.quote(nice)} -n {niceness} {interpreter}"}
 
 
 RAYLET_COMMAND = "raylet"  # /proc/<pid>/comm of Ray's node process

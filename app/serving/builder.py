@@ -15,6 +15,7 @@ from app.config.router_args import RouterAppArgs
 from app.config.settings import get_settings
 from app.contract import deployments
 from app.contract.manifest import MANIFEST_FILENAME, Manifest, load_manifest
+from app.serving import worker_entry
 from app.serving.member_group import MemberGroupDeployment
 from app.serving.member_layout import PlacedMembers, place_members, possible_deployments
 from app.serving.router import RouterConfig, VersionRouter
@@ -132,9 +133,10 @@ def build_router(args: dict[str, Any] | RouterAppArgs) -> Application:
 
 
 def niced(options: dict[str, Any]) -> dict[str, Any]:
-    """A deployment's Serve options with its replicas started at their niceness from the
-    first instruction (app.adapters.cpu_priority.start_niced): a replacement starting beside
-    serving replicas never outranks them.
+    """A deployment's Serve options with its replicas started through
+    app.serving.worker_entry (no pandas), at their niceness from the first instruction
+    (app.adapters.cpu_priority.start_niced): a replacement starting beside serving replicas
+    never outranks them.
 
     Serve gives a deployment the application's runtime_env (the config's `env_vars`: the
     DynamoDB endpoint, the credentials) only when its code sets none, so this one starts from
@@ -142,9 +144,6 @@ def niced(options: dict[str, Any]) -> dict[str, Any]:
     And it always holds `env_vars`, if empty: a `serve deploy` that overrides a deployment's
     options (its `user_config`) merges the application's runtime_env into it again, adding
     that key, and a runtime_env that changed replaces every replica of the deployment."""
-    runtime_env = start_niced(get_settings().replica_niceness)
-    if not runtime_env:
-        return options
     application = application_runtime_env()
     actor = options.get("ray_actor_options", {})
     return {
@@ -154,10 +153,17 @@ def niced(options: dict[str, Any]) -> dict[str, Any]:
             "runtime_env": {
                 **application,
                 "env_vars": dict(application.get("env_vars") or {}),
-                **runtime_env,
+                **replica_runtime_env(get_settings().replica_niceness),
             },
         },
     }
+
+
+def replica_runtime_env(niceness: int) -> dict[str, Any]:
+    """Ray's `py_executable` for a replica's worker: worker_entry's command, under `nice` at
+    `niceness` where there is something to raise."""
+    command = worker_entry.command()
+    return start_niced(niceness, command) or {"py_executable": command}
 
 
 def application_runtime_env() -> dict[str, Any]:

@@ -73,3 +73,26 @@ def test_the_raylet_that_starts_the_replicas_runs_at_rays_worker_niceness(serve_
     raylet = actor_pid(supervisor, parent=True)
     assert (PROC / str(raylet) / "comm").read_text().strip() == "raylet"
     assert set(thread_niceness(raylet)) == {Settings().raylet_niceness}
+
+
+def test_replicas_start_without_pandas_and_serves_controller_with_it(serve_app):
+    """A replica's worker starts through app.serving.worker_entry, which keeps pandas out of
+    it (Serve imports it only for a JSON encoder no offer uses); Serve's own processes start
+    as Ray starts them, pandas loaded."""
+    import ray
+
+    def pandas_loaded(_self: object) -> bool:
+        import sys
+
+        return sys.modules.get("pandas") is not None
+
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["namespace"] == "serve" and a["name"].startswith(f"SERVE_REPLICA::{APP_NAME}#")
+    ]
+    assert len(names) >= 2, names
+    for name in [*names, CONTROLLER]:
+        actor = ray.get_actor(name, namespace="serve")
+        loaded = ray.get(actor.__ray_call__.remote(pandas_loaded), timeout=60)
+        assert loaded is (name == CONTROLLER), name

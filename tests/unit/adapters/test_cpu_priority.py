@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -104,7 +105,7 @@ def test_a_worker_started_niced_runs_at_the_niceness_from_its_first_line():
     """The runtime_env start_niced gives is what Ray runs: `exec <py_executable> <worker>` in
     bash (ray._private.runtime_env.context). The started interpreter reports its niceness
     before any code of its own could raise it."""
-    runtime_env = start_niced(17, python=sys.executable)
+    runtime_env = start_niced(17, command=shlex.quote(sys.executable))
     command = f"exec {runtime_env['py_executable']} -c 'import os; print(os.nice(0))'"
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=True)
     assert int(out.stdout) == 17
@@ -117,9 +118,12 @@ def test_nothing_to_raise_or_no_nice_command_starts_the_worker_as_ray_does(monke
 
 
 def test_paths_with_spaces_are_quoted_for_the_shell(monkeypatch):
-    monkeypatch.setattr("app.adapters.cpu_priority.shutil.which", lambda _name: "/usr/bin/nice")
-    assert start_niced(19, python="/opt/my env/bin/python") == {
-        "py_executable": "/usr/bin/nice -n 19 '/opt/my env/bin/python'"
+    monkeypatch.setattr("app.adapters.cpu_priority.shutil.which", lambda _name: "/opt/my bin/nice")
+    monkeypatch.setattr("app.adapters.cpu_priority.sys.executable", "/opt/my env/bin/python")
+    assert start_niced(19) == {"py_executable": "'/opt/my bin/nice' -n 19 '/opt/my env/bin/python'"}
+    # A command given is a shell command already: used as it is, after `nice`.
+    assert start_niced(19, command="'/opt/my env/bin/python' -m mod") == {
+        "py_executable": "'/opt/my bin/nice' -n 19 '/opt/my env/bin/python' -m mod"
     }
 
 

@@ -10,7 +10,6 @@ import yaml
 from ray.serve._private.build_app import build_app as serve_build
 from ray.serve.schema import ServeDeploySchema
 
-from app.adapters.cpu_priority import start_niced
 from app.config.app_args import MemberLayout
 from app.config.router_args import RouterAppArgs
 from app.config.settings import Settings
@@ -22,7 +21,13 @@ from app.local.serve_config import (
     check_deployment_overrides,
     configured_apps,
 )
-from app.serving.builder import ImpossibleConfig, build_app, build_router, niced
+from app.serving.builder import (
+    ImpossibleConfig,
+    build_app,
+    build_router,
+    niced,
+    replica_runtime_env,
+)
 from models.train import ensure_trained
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
@@ -42,8 +47,11 @@ def started_niced() -> dict[str, object]:
     """The runtime_env every replica of the service starts with, built outside Ray (no
     application runtime_env to start from)."""
     niceness = Settings().replica_niceness
-    runtime_env = {"env_vars": {}, **start_niced(niceness)}
-    assert str(runtime_env["py_executable"]).split()[1:3] == ["-n", str(niceness)]
+    runtime_env = {"env_vars": {}, **replica_runtime_env(niceness)}
+    # `nice -n <niceness> <python> -m app.serving.worker_entry`
+    command = str(runtime_env["py_executable"]).split()
+    assert command[1:3] == ["-n", str(niceness)]
+    assert command[-2:] == ["-m", "app.serving.worker_entry"]
     return runtime_env
 
 
@@ -202,5 +210,8 @@ def test_a_niced_deployment_keeps_the_applications_runtime_env_and_survives_a_re
     runtime_env = options["ray_actor_options"]["runtime_env"]
     assert options["ray_actor_options"]["num_cpus"] == 0.2
     assert runtime_env["env_vars"] == application.get("env_vars", {})
-    assert runtime_env["py_executable"] == start_niced(Settings().replica_niceness)["py_executable"]
+    assert (
+        runtime_env["py_executable"]
+        == replica_runtime_env(Settings().replica_niceness)["py_executable"]
+    )
     assert override_runtime_envs_except_env_vars(application, runtime_env) == runtime_env
