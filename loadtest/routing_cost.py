@@ -16,11 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import requests
 import yaml
 
 from app.config.ray_env import ray_node_env
@@ -34,6 +32,7 @@ from app.local.serve_config import (
     edge_env,
     from_checkout,
 )
+from loadtest.harness.http_ready import wait_answers
 from loadtest.harness.probe import latency_probe
 from loadtest.harness.results import Study, spread
 from loadtest.harness.systems import EnsembleSystem, dynamo_env
@@ -66,19 +65,6 @@ def whole_config(base: Path, *, port: int, endpoint_url: str, out: Path) -> dict
     return paths
 
 
-def wait_healthy(url: str, timeout_s: float = 600.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if requests.get(url, timeout=5).ok:
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{url} not healthy after {timeout_s:.0f}s")
-        time.sleep(1)
-
-
 def run(args: argparse.Namespace) -> Path:
     apps = configured_apps(args.config)
     folder = STUDY.folder("routing")
@@ -96,12 +82,15 @@ def run(args: argparse.Namespace) -> Path:
             args.config, port=port, endpoint_url=dynalite.endpoint_url, out=folder / "serve.yaml"
         )
         system = EnsembleSystem(
-            folder / "serve.yaml", paths["routed"], port, folder / "serve.log",
-            {**ray_node_env(), **edge_env(folder / "serve.yaml")}
+            folder / "serve.yaml",
+            paths["routed"],
+            port,
+            folder / "serve.log",
+            {**ray_node_env(), **edge_env(folder / "serve.yaml")},
         )
         with system:
             for prefix in paths.values():  # the router is up before its versions may be
-                wait_healthy(f"{system.base_url}{prefix}/healthz")
+                wait_answers(f"{system.base_url}{prefix}/healthz", timeout_s=600, poll_s=1)
             log(f"serving {paths}")
             p50s: dict[str, list[float]] = {name: [] for name in paths}
             errors = 0

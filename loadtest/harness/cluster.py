@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 
 import psutil
-import requests
 
 from app.config.ray_env import ray_node_env
 from app.local.processes import Managed, ProcessFailed, free_port
 from app.local.ray_auth import ray_auth_env
 from loadtest.harness import serve_status
+from loadtest.harness.http_ready import answers
 from loadtest.harness.systems import BIN, ManagedProcess, SystemFailed
 
 WORKER_RESOURCE = "reliability_worker"
@@ -116,14 +116,11 @@ class LocalCluster(Managed):
     def _wait_dashboard(self, timeout_s: float = 120) -> None:
         assert self.head is not None
 
-        def answers() -> bool:
-            try:
-                return requests.get(f"{self.dashboard}/api/version", timeout=2).status_code < 500
-            except requests.RequestException:
-                return False
+        def up() -> bool:
+            return answers(f"{self.dashboard}/api/version", accept=lambda status: status < 500)
 
         try:
-            self.head.wait_ready(answers, timeout_s, poll_s=1.0)
+            self.head.wait_ready(up, timeout_s, poll_s=1.0)
         except ProcessFailed as exc:
             raise SystemFailed(f"the head node: {exc}") from exc
 

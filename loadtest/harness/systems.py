@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import requests
 import yaml
 
 from app.local.dynalite import Dynalite
@@ -30,6 +29,7 @@ from app.local.ray_auth import ray_auth_env
 from app.local.seeding import ensure_table, seed_game
 from app.local.serve_config import edge_env, from_checkout
 from loadtest.harness import variant as variants
+from loadtest.harness.http_ready import answers
 from loadtest.harness.variant import Variant
 
 BIN = Path(sys.executable).parent
@@ -139,15 +139,8 @@ class System(Managed):
     def _wait_ready(self, timeout_s: float) -> None:
         assert self.process is not None
         url = f"{self.base_url}{self.route_prefix}/healthz"
-
-        def healthy() -> bool:
-            try:
-                return requests.get(url, timeout=2).status_code == 200
-            except requests.RequestException:
-                return False
-
         try:
-            self.process.wait_ready(healthy, timeout_s, poll_s=0.5)
+            self.process.wait_ready(lambda: answers(url), timeout_s, poll_s=0.5)
         except ProcessFailed as exc:
             raise SystemFailed(f"{self.name}: {exc}") from exc
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import requests
 import yaml
 
 from app.config.router_args import RouterAppArgs
@@ -16,6 +15,7 @@ from app.core.routing.version_split import VersionSplit
 from app.local.dynalite import Dynalite
 from app.local.serve_config import ROUTER_IMPORT_PATH
 from loadtest.harness.cluster import LocalCluster
+from loadtest.harness.http_ready import answers
 from loadtest.reliability.faults import DelayProxyProcess
 from models.population import player_id
 
@@ -47,11 +47,7 @@ class Target:
 def local_target(args: argparse.Namespace, app: Any) -> Target:
     """A running `make run` on this host, checked before any load is sent."""
     url = f"http://127.0.0.1:{PORT}{app.route_prefix}/healthz"
-    try:
-        healthy = requests.get(url, timeout=5).status_code == 200
-    except requests.RequestException:
-        healthy = False
-    if not healthy:
+    if not answers(url, timeout_s=5):
         raise SystemExit(f"--target local: {url} does not answer; start `make run` first")
     return make_target(args, app)
 

@@ -7,10 +7,10 @@ import os
 import time
 
 import pytest
-import requests
 
 from app.contract import deployments
 from app.local.processes import LOCAL_CREDENTIALS, free_port
+from loadtest.harness.http_ready import wait_answers
 from tests.conftest import TEST_GAME, TEST_TABLE, TEST_VERSION
 from tests.integration.serve_apps import BUILD_APP, BUILD_ROUTER, ServeApps, app_config
 
@@ -80,7 +80,7 @@ def serve_app(tiny_version_dir, dynalite_server, batch_output_root, s3_server, m
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         deploy(app_args(tiny_version_dir))
         base = f"http://127.0.0.1:{port}{ROUTE_PREFIX}"
-        _wait_healthy(base)
+        wait_answers(f"{base}/healthz", timeout_s=60, poll_s=0.2)
         yield base
     finally:
         # ray.shutdown() stops the processes of the cluster this driver started, replicas
@@ -204,16 +204,3 @@ def replica_actor_names(app_name: str, deployment: str) -> set[str]:
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a["namespace"] == "serve" and f"{app_name}#{deployment}#" in a["name"]
     }
-
-
-def _wait_healthy(base: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if requests.get(f"{base}/healthz", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{base} not healthy after {timeout_s}s")
-        time.sleep(0.2)
