@@ -22,7 +22,6 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
 from app.config.project import PROJECT_ROOT as PROJECT_ROOT  # re-exported: the tools name it here
@@ -83,12 +82,7 @@ class Managed:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
 

@@ -26,7 +26,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -103,12 +102,7 @@ class CpuIsolation:
         self._layout = layout
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._layout is not None:
             self._remove(self._layout)
             self._layout = None

@@ -12,9 +12,14 @@ from tests.support import ManualClock
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
 
-def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():
+def metered(bound: float = 1.0, window_s: float = 10.0) -> tuple[ManualClock, LoadMeter]:
+    """A meter of `bound` and `window_s` on a clock the test moves."""
     clock = ManualClock(1000.0)
-    meter = LoadMeter(1.0, window_s=10.0, clock=clock)
+    return clock, LoadMeter(bound, window_s=window_s, clock=clock)
+
+
+def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():
+    clock, meter = metered()
     for _ in range(5):  # 0.5 s of every 2 s scoring
         meter.enter()
         clock.now += 0.5
@@ -24,8 +29,7 @@ def test_a_replica_busy_a_quarter_of_the_window_is_25_percent_utilized():
 
 
 def test_only_the_last_window_counts_and_work_in_progress_counts_now():
-    clock = ManualClock(1000.0)
-    meter = LoadMeter(1.0, window_s=10.0, clock=clock)
+    clock, meter = metered()
     meter.enter()
     clock.now += 30.0  # busy for 30 s...
     meter.exit()
@@ -39,8 +43,7 @@ def test_only_the_last_window_counts_and_work_in_progress_counts_now():
 
 
 def test_the_supervisors_level_is_logins_in_flight_over_its_admission_bound():
-    clock = ManualClock(1000.0)
-    meter = LoadMeter(16.0, window_s=10.0, clock=clock)
+    clock, meter = metered(bound=16.0)
     meter.enter(8)
     clock.now += 10.0
     assert meter.utilization() == pytest.approx(0.5)
@@ -50,16 +53,14 @@ def test_the_supervisors_level_is_logins_in_flight_over_its_admission_bound():
 
 
 def test_a_young_meter_averages_over_its_life_so_far():
-    clock = ManualClock(1000.0)
-    meter = LoadMeter(1.0, window_s=10.0, clock=clock)
+    clock, meter = metered()
     meter.enter()
     clock.now += 2.0
     assert meter.utilization() == pytest.approx(1.0)
 
 
 def test_marks_stay_bounded_under_many_short_predicts():
-    clock = ManualClock(1000.0)
-    meter = LoadMeter(1.0, window_s=1.0, clock=clock)
+    clock, meter = metered(window_s=1.0)
     for _ in range(10_000):
         meter.enter()
         clock.now += 0.001

@@ -1,3 +1,5 @@
+from __future__ import annotations
+
 import asyncio
 
 import numpy as np
@@ -210,10 +212,15 @@ def test_group_with_wrong_shape_loses_all_its_members():
     assert response.decision.propensity == pytest.approx(0.5)
 
 
-def test_caller_deadline_tightens_the_budget():
+def beside_a_stuck_member(budget_ms: int) -> tuple[OfferService, StuckMember]:
+    """A service of `budget_ms` whose member m1 never answers and m0 answers at once."""
     stuck = StuckMember("m1", 0.5)
     members = [FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])), stuck]
-    service = make_service(members, budget_ms=10_000)
+    return make_service(members, budget_ms=budget_ms), stuck
+
+
+def test_caller_deadline_tightens_the_budget():
+    service, stuck = beside_a_stuck_member(budget_ms=10_000)
     # The stuck member never answers: only the 50 ms caller deadline can end this request
     # (well before the 10 s budget or the 5 s guard).
     response = run(asyncio.wait_for(service.recommend(request(deadline_ms=50)), 5))
@@ -223,9 +230,7 @@ def test_caller_deadline_tightens_the_budget():
 
 
 def test_caller_deadline_cannot_extend_the_configured_budget():
-    stuck = StuckMember("m1", 0.5)
-    members = [FakeMember("m0", 0.5, constant([0.3, 0.3, 0.3])), stuck]
-    service = make_service(members, budget_ms=50)
+    service, stuck = beside_a_stuck_member(budget_ms=50)
     response = run(asyncio.wait_for(service.recommend(request(deadline_ms=5000)), 4))
     assert response.answered_members == ["m0"]
     assert stuck.cancelled is True
