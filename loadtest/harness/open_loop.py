@@ -85,6 +85,10 @@ class Shot:
     # to: what that one resend got (None: not resent, or no answer again) and how long it took.
     resend_status: int | None = None
     resend_ms: float | None = None
+    # How late this client sent it against its schedule (open loop only): the client's own
+    # stall (its event loop held up), which delays the logins it has in flight too. Latency
+    # counts from the send, so a figure taken while the client stalls is the client's.
+    late_ms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -137,8 +141,12 @@ class Caller:
         self.timeout = aiohttp.ClientTimeout(total=timeout_s)
         self.started = time.monotonic()
 
-    async def login(self, session: aiohttp.ClientSession, player: str) -> Shot:
+    async def login(
+        self, session: aiohttp.ClientSession, player: str, due: float | None = None
+    ) -> Shot:
+        """One login; `due` is when the schedule meant to send it (time.monotonic())."""
         sent = time.monotonic()
+        late_ms = round((sent - due) * 1000.0, 1) if due is not None else None
         payload = {"player_id": player, "game": self.game}
         try:
             async with session.post(self.url, json=payload, timeout=self.timeout) as response:
@@ -158,6 +166,7 @@ class Caller:
                     tier=body.get("tier"),
                     version=body.get("ensemble_version"),
                     rerouted_reason=body.get("rerouted_reason"),
+                    late_ms=late_ms,
                 )
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
             latency_ms = (time.monotonic() - sent) * 1000.0
@@ -171,6 +180,7 @@ class Caller:
                 error=f"{type(exc).__name__}: {exc}"[:200],
                 resend_status=status,
                 resend_ms=resend_ms,
+                late_ms=late_ms,
             )
 
     async def _resend(self, payload: dict[str, str]) -> tuple[int | None, float]:
@@ -203,7 +213,8 @@ async def open_loop(caller: Caller, schedule: Iterable[float], players: PlayerPi
             delay = caller.started + offset - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(caller.login(session, players(i))))
+            due = caller.started + offset
+            tasks.append(asyncio.create_task(caller.login(session, players(i), due)))
         return list(await asyncio.gather(*tasks))
 
 
@@ -273,6 +284,10 @@ def summarize(shots: Sequence[Shot]) -> dict[str, Any]:
         "tier_share": {tier: round(count / len(ok), 4) for tier, count in sorted(tiers.items())},
         # The unanswered logins closed without an answer, and what their one resend got.
         "resent_after_close": _resends(shots),
+        # The client's own stalls (open loop): the latest send against its schedule.
+        "client_late_max_ms": max(
+            (s.late_ms for s in shots if s.late_ms is not None), default=None
+        ),
     }
 
 

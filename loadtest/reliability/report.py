@@ -166,6 +166,10 @@ def own_figures(name: str, s: dict[str, Any]) -> tuple[str, list[str]]:
             misses.append("precomputed share")
     elif s.get("cpu_neighbours"):
         figures.append(f"{s['cpu_neighbours']} CPU-bound neighbours")
+    late = s.get("client_late_max_ms")
+    if late is not None and late > REFUSAL_MARGIN_MS:
+        # Not a miss of the service's: the load generator itself stalled (open_loop.Shot).
+        figures.append(f"client sent up to {late:.0f} ms late")
     return "; ".join(figures), misses
 
 

@@ -297,9 +297,18 @@ def version_restarts(
     (`version_down_direct`), and the way back of one, then of all of them (`restart_time`),
     timed where callers see it: HAProxy taking the new replicas."""
     backend = target.backends.get("version", "")
+    found: list[HAProxyAdmin] = []
 
     def admin() -> HAProxyAdmin:
-        return HAProxyAdmin.listening_on(target.port)
+        # Found once, then reused: the admin socket's path (Serve's config) outlives HAProxy's
+        # reloads, and finding it (psutil.net_connections reads every process's fds, ~20 ms
+        # of this process's CPU with the GIL held on a quiet host) every 50 ms while a
+        # replacement was awaited stalled the load's event loop in this same process: its
+        # logins were sent in clumps and timed 100-350 ms late, refusals the service had
+        # made in 1-3 ms (2026-11-29, docs/runs/reliability.md, AU).
+        if not found:
+            found.append(HAProxyAdmin.listening_on(target.port))
+        return found[0]
 
     def kill_and_time(every: bool, timings: dict[str, Any], key: str) -> str:
         pids = replica_pids(target.version_app, "supervisor", target.cluster)

@@ -165,3 +165,39 @@ def test_an_unknown_client_loop_is_refused():
 
     with pytest.raises(ValueError, match="unknown client loop 'trio'"):
         run_client(main(), "trio")
+
+
+class RefusesAtOnce:
+    async def serve(self, reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+
+def test_a_send_the_client_itself_held_up_is_counted_late():
+    """The client's own stall (here its player picker blocks the loop for 0.3 s at the second
+    login) shows in how late the logins after it were sent, not only in their latency."""
+    import asyncio
+    import time
+
+    from loadtest.harness.open_loop import open_loop
+
+    def players(i: int) -> str:
+        if i == 1:
+            time.sleep(0.3)
+        return f"p{i:07d}"
+
+    async def main() -> list[Shot]:
+        listener = await asyncio.start_server(RefusesAtOnce().serve, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        async with listener:
+            caller = Caller(f"http://127.0.0.1:{port}/g", "g")
+            return await open_loop(caller, [0.0, 0.05, 0.10, 0.15], players)
+
+    shots = sorted(run_client(main()), key=lambda s: s.sent_s)
+    assert [s.status for s in shots] == [503] * 4
+    assert all(s.late_ms is not None for s in shots)
+    # Due at 0.10 and 0.15 s, sent after the 0.3 s block that began at 0.05 s at the earliest.
+    assert shots[2].late_ms >= 250 - 1 and shots[3].late_ms >= 200 - 1
+    assert summarize(shots)["client_late_max_ms"] >= 250 - 1

@@ -70,3 +70,17 @@ def test_a_closed_login_stays_unanswered_and_shows_what_its_resend_got():
     assert "no: unanswered" in line
     assert unanswered(row(no_answer=0, resent_after_close={"resent": 0})) == "0"
     assert unanswered(row(no_answer=1)) == "1"  # a report from before the resend
+
+
+def test_a_client_that_sent_late_is_named_and_its_miss_still_counts():
+    report = {
+        "client_floor_p99_ms": FLOORS,
+        "scenarios": {
+            "burst_1000": row(refusal_p99_ms=800.0, client_late_max_ms=344.0),
+            "burst_500": row(refusal_p99_ms=260.0, client_late_max_ms=12.0),
+        },
+    }
+    lines = {line.split(" | ")[0][2:]: line for line in target_rows(report).splitlines()[2:]}
+    assert "client sent up to 344 ms late" in lines["burst_1000"]
+    assert lines["burst_1000"].endswith("| no: refusal p99 |")
+    assert "late" not in lines["burst_500"]  # within the margin: nothing to say
