@@ -27,7 +27,6 @@ __all__ = [
     "feature_schema",
     "generate_players",
     "impression_log",
-    "impressions",
     "player_id",
     "purchase_probability",
 ]
@@ -210,20 +209,6 @@ def impression_log(
     p_true = purchase_probability(X[:, :width], X[:, width:], window)
     y = (rng.random(n_rows) < p_true).astype(np.int8)
     return ImpressionLog(X, y, p_true, player_index, offer_index)
-
-
-def impressions(
-    game: str,
-    n_rows: int,
-    *,
-    window: int,
-    seed: int,
-    offers: Sequence[_HasFeatures],
-    pool_size: int = DEFAULT_POOL_SIZE,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(X float32, y int8, p_true float64) for `n_rows` impressions; see impression_log."""
-    log = impression_log(game, n_rows, window=window, seed=seed, offers=offers, pool_size=pool_size)
-    return log.X, log.y, log.p_true
 
 
 @lru_cache(maxsize=16)
