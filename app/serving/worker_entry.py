@@ -57,9 +57,10 @@ def run_worker(argv: list[str]) -> None:
     """Run the script argv[0] with the arguments argv[1:] as `python argv[0] ...` would: as
     `__main__`, with sys.argv and sys.path[0] as that command sets them."""
     sys.meta_path.insert(0, KeptOut())
-    script = os.path.abspath(argv[0])
-    sys.argv = [script, *argv[1:]]
-    sys.path[0] = os.path.dirname(script)
+    script = argv[0]
+    sys.argv = list(argv)
+    if not sys.flags.safe_path:  # `python -P script` adds no folder, `-m` none to replace
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
     runpy.run_path(script, run_name="__main__")
 
 

@@ -300,12 +300,12 @@ def version_restarts(
     found: list[HAProxyAdmin] = []
 
     def admin() -> HAProxyAdmin:
-        # Found once, then reused: the admin socket's path (Serve's config) outlives HAProxy's
-        # reloads, and finding it (psutil.net_connections reads every process's fds, ~20 ms
-        # of this process's CPU with the GIL held on a quiet host) every 50 ms while a
-        # replacement was awaited stalled the load's event loop in this same process: its
-        # logins were sent in clumps and timed 100-350 ms late, refusals the service had
-        # made in 1-3 ms (2026-11-29, docs/runs/reliability.md, AU).
+        # Found once for both scenarios, then reused: the admin socket's path (Serve's
+        # config) outlives HAProxy's reloads, and finding it (psutil.net_connections reads
+        # every process's fds, ~20 ms of this process's CPU with the GIL held on a quiet host)
+        # every 50 ms while a replacement was awaited stalled the load's event loop in this
+        # same process: its logins were sent in clumps and timed 100-350 ms late, refusals
+        # the service had made in 1-3 ms (2026-11-29, docs/runs/reliability.md, AU).
         if not found:
             found.append(HAProxyAdmin.listening_on(target.port))
         return found[0]
