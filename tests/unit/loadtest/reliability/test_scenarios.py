@@ -218,3 +218,47 @@ def test_a_kill_with_no_replica_to_act_on_is_reported_as_not_applied(monkeypatch
     )
     assert "| member_killed (fault not applied) |" in shown
     assert "| supervisor_killed |" in shown
+
+
+def test_the_restart_scenarios_find_haproxys_admin_socket_once(monkeypatch):
+    """Finding the socket reads every process's file descriptors (psutil.net_connections), in
+    the process that sends the load: done on every poll while replacements were awaited, it
+    stalled the load's event loop. Both kills of `restart_time`, and every poll between, use
+    the admin found the first time."""
+    import argparse
+    import subprocess
+
+    from loadtest.reliability import host_faults
+    from loadtest.reliability import scenarios as module
+
+    victims = [subprocess.Popen(["sleep", "60"]) for _ in range(3)]
+    pids = [[victims[0].pid, victims[1].pid], [victims[1].pid, victims[2].pid]]
+    found: list[object] = []
+    polls: list[object] = []
+    # HAProxy's view: the replicas up before each kill, then the replacements after 3 polls.
+    views = iter([{"r1", "r2"}, {"r1", "r2"}, {"r1", "r2"}, {"r1", "r3"}])
+    views_after = iter([{"r1", "r3"}, {"r1", "r3"}, {"r1", "r3"}, {"r4", "r5"}])
+
+    def listening_on(port: int) -> object:
+        found.append(port)
+        return object()
+
+    def running(admin: object, backend: str) -> set[str]:
+        polls.append(admin)
+        return next(views, None) or next(views_after)
+
+    monkeypatch.setattr(module.HAProxyAdmin, "listening_on", staticmethod(listening_on))
+    monkeypatch.setattr(module, "replica_pids", lambda app, deployment, cluster: pids.pop(0))
+    monkeypatch.setattr(module, "running_replicas", running)
+    monkeypatch.setattr(host_faults, "running_replicas", running)
+    try:
+        args = argparse.Namespace(players=100, rate=10.0, seconds=5.0, held_rate=213.0)
+        restart = {s.name: s for s in build_scenarios(args, local_target())}["restart_time"]
+        assert restart.fault().startswith("SIGKILL 1 of 2")
+        assert [v.wait(10) for v in victims] == [-9, -9, -9]  # each killed once, all of them
+        assert len(polls) >= 6 and len({id(a) for a in polls}) == 1
+        assert found == [8000]
+    finally:
+        for v in victims:
+            v.kill()
+            v.wait()
