@@ -325,6 +325,16 @@ class AdmissionConfig(StrictModel):
         "and this cap a ceiling.",
     )
 
+    edge_replica_keepalive: bool = Field(
+        default=False,
+        description="HAProxy keeps its connections to the replicas open between logins. "
+        "false (shipped): one connection per login, so a login in flight on a replica that "
+        "dies is retried on a live one or answered 503 with Retry-After. With reused "
+        "connections HAProxy 2.8 closes the caller's connection without an answer when "
+        "every retry fails (every replica of the application dead), a close only a client "
+        "that replays on it turns into an answer.",
+    )
+
     def max_queued(self, *, reports_room: bool) -> int:
         """HAProxy's static queue cap for the application (edge_max_queued, or its default
         for replicas that do or do not report their room)."""

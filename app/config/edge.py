@@ -49,6 +49,13 @@ class BackendLimits(FrozenModel):
     # no replica of the application, holds a login until a replica is back (measured in CI,
     # 2026-11-26: a 503 after 3.0 s). A late answer would be a silent slow one.
     answer_timeout_ms: int = Field(ge=1, le=20_000)
+    # Whether HAProxy keeps its connections to the replicas open between logins. HAProxy
+    # 2.8 answers nothing (it closes the caller's connection) when a login that reached a
+    # replica over a reused connection fails on every retry: the keep-alive close a client
+    # may replay. When every replica of the application died under it, that was 1-2 logins
+    # per kill with no answer (docs/reliability.md). A fresh connection per login gets the
+    # 503 with Retry-After instead (AdmissionConfig.edge_replica_keepalive).
+    reuse_connections: bool = False
 
 
 class EdgeConfig(FrozenModel):

@@ -34,6 +34,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
             max_queued=args.admission.max_queued(reports_room=isinstance(args, EnsembleAppArgs)),
             retry_after_s=math.ceil(args.retry_after_s),
             answer_timeout_ms=math.ceil(args.request_budget_ms) + ANSWER_GRACE_MS,
+            reuse_connections=args.admission.edge_replica_keepalive,
         )
     return EdgeConfig(backends=backends, unlisted=unlisted_limits(list(backends.values())))
 
@@ -51,4 +52,7 @@ def unlisted_limits(listed: list[BackendLimits]) -> BackendLimits | None:
         max_queued=max(b.max_queued for b in listed),
         retry_after_s=max(b.retry_after_s for b in listed),
         answer_timeout_ms=max(b.answer_timeout_ms for b in listed),
+        # Only where every listed application reuses them: a fresh connection answers
+        # wherever a reused one would.
+        reuse_connections=all(b.reuse_connections for b in listed),
     )

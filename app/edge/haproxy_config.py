@@ -34,6 +34,12 @@ the edge needs. This module adds, to the config Serve wrote:
   in a process-wide variable per application, times the replicas up (`room_rules`); a
   room never reported since HAProxy started, or not refreshed by an answer within the
   queue's wait, counts as one login per replica;
+- a fresh connection to a replica per login (`option http-server-close`, unless
+  BackendLimits.reuse_connections) and the whole login buffered before one is picked
+  (`option http-buffer-request`). HAProxy 2.8 sends nothing back (it closes the caller's
+  connection, the keep-alive close a client may replay) when a login forwarded over a
+  reused connection fails on every retry: every replica of the version dead. That was
+  1-2 logins per whole-version kill; over a fresh connection the same login gets the 503;
 - `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
   it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
@@ -61,6 +67,10 @@ from app.edge.server_state import BackendServer
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
 QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
+# HAProxy asks the replica to close after its answer (`Connection: close`), so the replica,
+# not HAProxy, mostly holds the closed connection's TIME_WAIT: HAProxy's ports to a
+# replica are not used up at a high login rate.
+FRESH_CONNECTION_RULE = "option http-server-close"
 ROOM_HEADER = QUEUE_ROOM_HEADER.lower()
 RETRY_AFTER_RULE = (
     "http-response set-header Retry-After {} "
@@ -282,6 +292,11 @@ def _backend(
         "errorfile 502": f"errorfile 502 {errorfile}",
     }
     out = [f"    {line}" for line in ours.values()]
+    # The whole login before a replica is picked, so that HAProxy holds a copy to retry
+    # (its L7 retries skip a request still arriving when it connected).
+    out.append("    option http-buffer-request")
+    if not limits.reuse_connections:
+        out.append(f"    {FRESH_CONNECTION_RULE}")
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
     out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms)]

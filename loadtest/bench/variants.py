@@ -85,6 +85,13 @@ VARIANTS: dict[str, Variant] = {
             edge=False,
         ),
         Variant(
+            "replica-keepalive",
+            "HAProxy keeps its connections to the supervisors open between logins "
+            "(admission.edge_replica_keepalive, shipped until 2026-11-29) instead of one per "
+            "login: what the fresh connection costs",
+            args={"admission": {"edge_replica_keepalive": True}},
+        ),
+        Variant(
             "deep-edge-queue",
             "HAProxy's queue for the supervisors effectively uncapped (edge_max_queued "
             "10000): a login past the replicas' slots waits up to the queue timeout before "

@@ -7,6 +7,11 @@ replica is in `make reliability`); the live one answers every login. The replay 
 shipped `retry-on` (RAY_SERVE_HAPROXY_RETRY_ON in app.config.ray_env: `empty-response`);
 with Serve's default (`conn-failure` only) the held login was answered 503 instead. Asserted:
 every login answered 200, by the live replica, the held one included. No timing is asserted.
+
+The replicas keep their connections alive between logins, as a Serve replica's HTTP server
+does: over a connection HAProxy reused, HAProxy 2.8 closes the caller's connection without
+an answer when every retry fails, which the edge avoids with a fresh connection per login
+(BackendLimits.reuse_connections; the test fails with it set).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import json, sys, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # kept alive between logins, as a replica's server does
     def do_GET(self):
         self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
         self.wfile.write(b"ok")

@@ -29,7 +29,7 @@ UNLISTED = "other-game-2026-01"
 ANSWER_TIMEOUT_MS = 1100
 
 
-def limits(**given: int) -> BackendLimits:
+def limits(**given: int | bool) -> BackendLimits:
     return BackendLimits(answer_timeout_ms=ANSWER_TIMEOUT_MS, **given)
 
 
@@ -173,6 +173,33 @@ def test_the_replicas_reported_room_is_a_second_cap_per_application(rendered, tm
         # The header is the edge's business: the caller never sees it.
         assert "http-response del-header x-offers-queue-room" in body
     assert len(variables) == 2, "each application keeps its own room"
+
+
+def test_a_login_takes_a_fresh_connection_to_its_replica_unless_told_to_reuse(rendered, tmp_path):
+    """Over a reused connection HAProxy 2.8 answers nothing when every retry of a login
+    fails (every replica dead): tests/integration/edge/test_replay shows the close."""
+    fresh = rewrite(rendered, EDGE, tmp_path).text
+    for app in (VERSION, ROUTER):
+        body = section(fresh, f"backend {backend_name(app)}")
+        assert "option http-server-close" in body
+        # Buffered whole, so that HAProxy holds the copy its retries replay.
+        assert "option http-buffer-request" in body
+    kept = EDGE.model_copy(
+        update={"backends": {**EDGE.backends, VERSION: limits(
+            max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16,
+            reuse_connections=True,
+        )}}
+    )  # fmt: skip
+    result = rewrite(rendered, kept, tmp_path)
+    body = section(result.text, f"backend {backend_name(VERSION)}")
+    assert "option http-server-close" not in body
+    assert "option http-buffer-request" in body
+    assert "option http-server-close" in section(result.text, f"backend {backend_name(ROUTER)}")
+    # Serve's own (unlisted, no edge limits) backend keeps what Serve renders.
+    assert "option http-server-close" not in section(
+        result.text, f"backend {backend_name(UNLISTED)}"
+    )
+    haproxy_check(result, tmp_path)
 
 
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
@@ -369,3 +396,21 @@ def test_the_unlisted_limits_are_the_most_lenient_of_the_configs():
         assert getattr(edge.unlisted, field) == max(
             getattr(b, field) for b in edge.backends.values()
         )
+    # The shipped config reuses no connection to a replica, so neither does an unlisted one.
+    assert not any(b.reuse_connections for b in edge.backends.values())
+    assert edge.unlisted.reuse_connections is False
+
+
+def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
+    from app.local.processes import PROJECT_ROOT
+    from app.local.serve_config import edge_config
+
+    document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
+    first = document["applications"][0]
+    first.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = True
+    edge = edge_config(document)
+    assert edge.backends[first["name"]].reuse_connections is True
+    others = [b for name, b in edge.backends.items() if name != first["name"]]
+    assert others and not any(b.reuse_connections for b in others)
+    # An unlisted application reuses them only where every listed one does.
+    assert edge.unlisted is not None and edge.unlisted.reuse_connections is False
