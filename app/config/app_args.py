@@ -326,13 +326,14 @@ class AdmissionConfig(StrictModel):
     )
 
     edge_replica_keepalive: bool = Field(
-        default=False,
+        default=True,
         description="HAProxy keeps its connections to the replicas open between logins. "
-        "false (shipped): one connection per login, so a login in flight on a replica that "
-        "dies is retried on a live one or answered 503 with Retry-After. With reused "
-        "connections HAProxy 2.8 closes the caller's connection without an answer when "
-        "every retry fails (every replica of the application dead), a close only a client "
-        "that replays on it turns into an answer.",
+        "false: one connection per login. Over a reused connection HAProxy 2.8 closes the "
+        "caller's connection without an answer when every retry of a login fails (every "
+        "replica of the application dead: 1-2 logins per such death), the close a client "
+        "replays; over a fresh one that login gets the 503 with Retry-After. The fresh "
+        "connection costs the supervisors' event loops a connection per login: the highest "
+        "rate held fell by a third in the bench (variant fresh-replica-connections).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:

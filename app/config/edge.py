@@ -54,8 +54,9 @@ class BackendLimits(FrozenModel):
     # replica over a reused connection fails on every retry: the keep-alive close a client
     # may replay. When every replica of the application died under it, that was 1-2 logins
     # per kill with no answer (docs/reliability.md). A fresh connection per login gets the
-    # 503 with Retry-After instead (AdmissionConfig.edge_replica_keepalive).
-    reuse_connections: bool = False
+    # 503 with Retry-After instead, at a cost in the highest rate held
+    # (AdmissionConfig.edge_replica_keepalive).
+    reuse_connections: bool = True
 
 
 class EdgeConfig(FrozenModel):

@@ -53,6 +53,6 @@ def unlisted_limits(listed: list[BackendLimits]) -> BackendLimits | None:
         retry_after_s=max(b.retry_after_s for b in listed),
         answer_timeout_ms=max(b.answer_timeout_ms for b in listed),
         # Only where every listed application reuses them: a fresh connection answers
-        # wherever a reused one would.
+        # every login a reused one answers, and the last one of a version that died.
         reuse_connections=all(b.reuse_connections for b in listed),
     )

@@ -34,12 +34,13 @@ the edge needs. This module adds, to the config Serve wrote:
   in a process-wide variable per application, times the replicas up (`room_rules`); a
   room never reported since HAProxy started, or not refreshed by an answer within the
   queue's wait, counts as one login per replica;
-- a fresh connection to a replica per login (`option http-server-close`, unless
-  BackendLimits.reuse_connections) and the whole login buffered before one is picked
-  (`option http-buffer-request`). HAProxy 2.8 sends nothing back (it closes the caller's
-  connection, the keep-alive close a client may replay) when a login forwarded over a
-  reused connection fails on every retry: every replica of the version dead. That was
-  1-2 logins per whole-version kill; over a fresh connection the same login gets the 503;
+- the whole login buffered before a replica is picked (`option http-buffer-request`), so
+  that HAProxy holds the copy its retries replay (it skips a request still arriving when
+  it connected); and, where BackendLimits.reuse_connections is off, a fresh connection to
+  a replica per login (`option http-server-close`). HAProxy 2.8 sends nothing back (it
+  closes the caller's connection, the keep-alive close a client may replay) when a login
+  forwarded over a reused connection fails on every retry: every replica of the version
+  dead, 1-2 logins per whole-version kill. Over a fresh connection that login gets the 503;
 - `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
   it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of

