@@ -330,10 +330,10 @@ class AdmissionConfig(StrictModel):
         description="HAProxy keeps its connections to the replicas open between logins. "
         "false: one connection per login. Over a reused connection HAProxy 2.8 closes the "
         "caller's connection without an answer when every retry of a login fails (every "
-        "replica of the application dead: 1-2 logins per such death), the close a client "
-        "replays; over a fresh one that login gets the 503 with Retry-After. The fresh "
-        "connection costs the supervisors' event loops a connection per login: the highest "
-        "rate held fell by a third in the bench (variant fresh-replica-connections).",
+        "replica of the application dead: 1-2 logins per such death), for the client to "
+        "resend; over a fresh one that login gets the 503 with Retry-After. The fresh "
+        "connection costs the supervisors a connection per login: 0.67-0.87x the highest "
+        "rate held in the bench (variant fresh-replica-connections).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:

@@ -52,9 +52,9 @@ class BackendLimits(FrozenModel):
     # Whether HAProxy keeps its connections to the replicas open between logins. HAProxy
     # 2.8 answers nothing (it closes the caller's connection) when a login that reached a
     # replica over a reused connection fails on every retry: the keep-alive close a client
-    # may replay. When every replica of the application died under it, that was 1-2 logins
-    # per kill with no answer (docs/reliability.md). A fresh connection per login gets the
-    # 503 with Retry-After instead, at a cost in the highest rate held
+    # may resend on. When every replica of the application dies under it, that is 1-2
+    # logins per kill with no answer (docs/reliability.md). A fresh connection per login
+    # gets the 503 with Retry-After instead, at a cost in the highest rate held
     # (AdmissionConfig.edge_replica_keepalive).
     reuse_connections: bool = True
 

@@ -197,11 +197,18 @@ def test_a_login_takes_a_fresh_connection_to_its_replica_only_where_told(rendere
     assert "option http-buffer-request" in body
     router = section(result.text, f"backend {backend_name(ROUTER)}")
     assert "option http-server-close" not in router
-    # Serve's own (unlisted, no edge limits) backend keeps what Serve renders.
-    assert "option http-server-close" not in section(
-        result.text, f"backend {backend_name(UNLISTED)}"
-    )
     haproxy_check(result, tmp_path)
+    # An application the edge config does not list takes the unlisted limits' choice.
+    unlisted = limits(
+        max_in_flight=32, queue_timeout_ms=500, retry_after_s=1, max_queued=16,
+        reuse_connections=False,
+    )  # fmt: skip
+    result = rewrite(rendered, EDGE.model_copy(update={"unlisted": unlisted}), tmp_path)
+    body = section(result.text, f"backend {backend_name(UNLISTED)}")
+    assert "option http-server-close" in body
+    assert "option http-buffer-request" in body
+    version = section(result.text, f"backend {backend_name(VERSION)}")
+    assert "option http-server-close" not in version
 
 
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
