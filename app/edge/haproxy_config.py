@@ -69,9 +69,9 @@ MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfil
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
 QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
 # HAProxy asks the replica to close after its answer (`Connection: close`), so the replica,
-# not HAProxy, mostly holds the closed connection's TIME_WAIT (`ss` on `make run`, 50
-# logins: about 70 % on the replicas' side), and HAProxy's ports to a replica last longer
-# at a high login rate.
+# not HAProxy, mostly holds the closed connection's TIME_WAIT (`ss` on `make run` after
+# the kill scenarios: about 70 % on the replicas' side), and HAProxy's ports to a replica
+# last longer at a high login rate.
 FRESH_CONNECTION_RULE = "option http-server-close"
 ROOM_HEADER = QUEUE_ROOM_HEADER.lower()
 RETRY_AFTER_RULE = (
