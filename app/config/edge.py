@@ -55,7 +55,7 @@ class BackendLimits(FrozenModel):
     # may resend on. When every replica of the application dies under it, that is 1-2
     # logins per kill with no answer (docs/reliability.md). A fresh connection per login
     # (the default) gets the 503 with Retry-After instead, for a cost in the highest rate
-    # held the bench could not tell from noise (AdmissionConfig.edge_replica_keepalive).
+    # held (AdmissionConfig.edge_replica_keepalive).
     reuse_connections: bool = False
 
 
