@@ -54,9 +54,10 @@ class BackendLimits(FrozenModel):
     # replica over a reused connection fails on every retry: the keep-alive close a client
     # may resend on. When every replica of the application dies under it, that is 1-2
     # logins per kill with no answer (docs/reliability.md). A fresh connection per login
-    # (the default) gets the 503 with Retry-After instead, for a cost in the highest rate
-    # held (AdmissionConfig.edge_replica_keepalive).
-    reuse_connections: bool = False
+    # gets the 503 with Retry-After instead, but costs the supervisors a connection per
+    # login: under overload they answered a third to half fewer logins
+    # (AdmissionConfig.edge_replica_keepalive).
+    reuse_connections: bool = True
 
 
 class EdgeConfig(FrozenModel):

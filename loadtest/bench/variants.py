@@ -85,12 +85,11 @@ VARIANTS: dict[str, Variant] = {
             edge=False,
         ),
         Variant(
-            "replica-keepalive",
-            "HAProxy keeps its connections to the supervisors open between logins "
-            "(admission.edge_replica_keepalive true) instead of one per login: what it "
-            "saves, and the last logins of a version whose replicas all die closed "
-            "unanswered",
-            args={"admission": {"edge_replica_keepalive": True}},
+            "fresh-replica-connections",
+            "HAProxy opens a connection to a supervisor per login instead of keeping them "
+            "open (admission.edge_replica_keepalive false): what answering the last logins "
+            "of a version whose replicas all die costs",
+            args={"admission": {"edge_replica_keepalive": False}},
         ),
         Variant(
             "deep-edge-queue",

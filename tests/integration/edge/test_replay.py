@@ -9,9 +9,9 @@ with Serve's default (`conn-failure` only) the held login was answered 503 inste
 every login answered 200, by the live replica, the held one included. No timing is asserted.
 
 The replicas keep their connections alive between logins, as a Serve replica's HTTP server
-does. Over a connection HAProxy reused (`admission.edge_replica_keepalive: true`), HAProxy
+does. Over a connection HAProxy reused (the shipped BackendLimits.reuse_connections), HAProxy
 2.8 closes the caller's connection without an answer when every retry fails; with a fresh
-connection per login (the shipped BackendLimits.reuse_connections) the caller gets the 503,
+connection per login (`admission.edge_replica_keepalive: false`) the caller gets the 503,
 which the last test asserts (with the connections reused it failed in 3 of 3 runs, checked
 by hand: not asserted, as HAProxy's choice of replica for its retries varies).
 """
@@ -110,8 +110,8 @@ async def dying_and_live(tmp_path, live_login, reuse_connections):
         await live.cleanup()
 
 
-# Whether HAProxy keeps its connections to the replicas (admission.edge_replica_keepalive)
-# or opens one per login (the shipped default), a dying replica's login is replayed.
+# Whether HAProxy keeps its connections to the replicas (the shipped default) or opens one
+# per login (admission.edge_replica_keepalive false), a dying replica's login is replayed.
 BOTH_CONNECTION_MODES = pytest.mark.parametrize(
     "reuse_connections", [False, True], ids=["fresh-connections", "kept-alive"]
 )

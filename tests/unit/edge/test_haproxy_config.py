@@ -175,43 +175,40 @@ def test_the_replicas_reported_room_is_a_second_cap_per_application(rendered, tm
     assert len(variables) == 2, "each application keeps its own room"
 
 
-def test_a_login_takes_a_fresh_connection_to_its_replica_unless_told_to_keep_them(
-    rendered, tmp_path
-):
+def test_a_login_takes_a_fresh_connection_to_its_replica_only_where_told(rendered, tmp_path):
     """Over a reused connection HAProxy 2.8 answers nothing when every retry of a login
     fails (every replica dead): tests/integration/edge/test_replay shows the 503 a fresh
-    connection gets instead. Fresh is the default (BackendLimits.reuse_connections)."""
-    fresh = rewrite(rendered, EDGE, tmp_path).text
+    connection gets instead."""
+    kept = rewrite(rendered, EDGE, tmp_path).text
     for app in (VERSION, ROUTER):
-        body = section(fresh, f"backend {backend_name(app)}")
-        assert "option http-server-close" in body
+        body = section(kept, f"backend {backend_name(app)}")
+        assert "option http-server-close" not in body
         # Buffered whole, so that HAProxy holds the copy its retries replay.
         assert "option http-buffer-request" in body
-    kept = EDGE.model_copy(
+    fresh = EDGE.model_copy(
         update={"backends": {**EDGE.backends, VERSION: limits(
             max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16,
-            reuse_connections=True,
+            reuse_connections=False,
         )}}
     )  # fmt: skip
-    result = rewrite(rendered, kept, tmp_path)
+    result = rewrite(rendered, fresh, tmp_path)
     body = section(result.text, f"backend {backend_name(VERSION)}")
-    assert "option http-server-close" not in body
+    assert "option http-server-close" in body
     assert "option http-buffer-request" in body
     router = section(result.text, f"backend {backend_name(ROUTER)}")
-    assert "option http-server-close" in router
+    assert "option http-server-close" not in router
     haproxy_check(result, tmp_path)
     # An application the edge config does not list takes the unlisted limits' choice.
-    for reuse in (False, True):
-        unlisted = limits(
-            max_in_flight=32, queue_timeout_ms=500, retry_after_s=1, max_queued=16,
-            reuse_connections=reuse,
-        )  # fmt: skip
-        result = rewrite(rendered, kept.model_copy(update={"unlisted": unlisted}), tmp_path)
-        body = section(result.text, f"backend {backend_name(UNLISTED)}")
-        assert ("option http-server-close" in body) is not reuse
-        assert "option http-buffer-request" in body
-        version = section(result.text, f"backend {backend_name(VERSION)}")
-        assert "option http-server-close" not in version
+    unlisted = limits(
+        max_in_flight=32, queue_timeout_ms=500, retry_after_s=1, max_queued=16,
+        reuse_connections=False,
+    )  # fmt: skip
+    result = rewrite(rendered, EDGE.model_copy(update={"unlisted": unlisted}), tmp_path)
+    body = section(result.text, f"backend {backend_name(UNLISTED)}")
+    assert "option http-server-close" in body
+    assert "option http-buffer-request" in body
+    version = section(result.text, f"backend {backend_name(VERSION)}")
+    assert "option http-server-close" not in version
 
 
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
@@ -308,14 +305,11 @@ def without_replicas(text: str, app: str) -> str:
         (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
         len(lines),
     )
-    return (
-        "\n".join(
-            line
-            for i, line in enumerate(lines)
-            if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
-        )
-        + "\n"
-    )
+    return "\n".join(
+        line
+        for i, line in enumerate(lines)
+        if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
+    ) + "\n"
 
 
 def servers_of(text: str, app: str) -> list[str]:
@@ -411,10 +405,9 @@ def test_the_unlisted_limits_are_the_most_lenient_of_the_configs():
         assert getattr(edge.unlisted, field) == max(
             getattr(b, field) for b in edge.backends.values()
         )
-    # The shipped config opens a connection per login to the replicas (a login held when
-    # they all die gets the 503, not a close), and so does an unlisted one.
-    assert not any(b.reuse_connections for b in edge.backends.values())
-    assert edge.unlisted.reuse_connections is False
+    # The shipped config keeps its connections to the replicas, and so does an unlisted one.
+    assert all(b.reuse_connections for b in edge.backends.values())
+    assert edge.unlisted.reuse_connections is True
 
 
 def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
@@ -423,13 +416,10 @@ def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
 
     document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
     first = document["applications"][0]
-    first.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = True
+    first.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = False
     edge = edge_config(document)
-    assert edge.backends[first["name"]].reuse_connections is True
+    assert edge.backends[first["name"]].reuse_connections is False
     others = [b for name, b in edge.backends.items() if name != first["name"]]
-    assert others and not any(b.reuse_connections for b in others)
+    assert others and all(b.reuse_connections for b in others)
     # An unlisted application reuses them only where every listed one does.
     assert edge.unlisted is not None and edge.unlisted.reuse_connections is False
-    for app in document["applications"]:
-        app.setdefault("args", {}).setdefault("admission", {})["edge_replica_keepalive"] = True
-    assert edge_config(document).unlisted.reuse_connections is True

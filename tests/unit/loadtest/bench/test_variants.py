@@ -82,7 +82,9 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["no-coalescing"].args == {"coalescing": {"enabled": False}}
     assert VARIANTS["production-uncoalesced"].base == PRODUCTION
     assert VARIANTS["deep-edge-queue"].args == {"admission": {"edge_max_queued": 10_000}}
-    assert VARIANTS["replica-keepalive"].args == {"admission": {"edge_replica_keepalive": True}}
+    assert VARIANTS["fresh-replica-connections"].args == {
+        "admission": {"edge_replica_keepalive": False}
+    }
     assert VARIANTS["shallow-edge-queue"].args == {"admission": {"edge_max_queued": 1}}
     assert VARIANTS["short-edge-queue"].args == {"admission": {"edge_queue_timeout_ms": 5}}
     assert VARIANTS["edge-queue-30ms"].args == {"admission": {"edge_queue_timeout_ms": 30}}
