@@ -332,8 +332,8 @@ class AdmissionConfig(StrictModel):
         "answer when every retry of a login fails (every replica of the application dead: "
         "1-2 logins per such death), for the client to resend. false: one connection per "
         "login, and that login gets the 503 with Retry-After, for a connection per login "
-        "on the supervisors: at twice the rate the service holds they answered 0.51-0.68x "
-        "the logins kept-alive ones did (make run, interleaved).",
+        "on the supervisors: at 426 logins/s offered, about what kept-alive connections "
+        "hold, they answered 0.52-0.68x the logins (make run, interleaved).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:
