@@ -333,7 +333,7 @@ class AdmissionConfig(StrictModel):
         "1-2 logins per such death), for the client to resend. false: one connection per "
         "login, and that login gets the 503 with Retry-After, for a connection per login "
         "on the supervisors: at 426 logins/s offered, about what kept-alive connections "
-        "hold, they answered 0.52-0.68x the logins (make run, interleaved).",
+        "hold, they answered 0.66x the logins (make run, interleaved medians).",
     )
 
     def max_queued(self, *, reports_room: bool) -> int:
