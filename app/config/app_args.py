@@ -335,6 +335,15 @@ class AdmissionConfig(StrictModel):
         "on the supervisors: at 426 logins/s offered, about what kept-alive connections "
         "hold, they answered 0.66x the logins (make run, interleaved medians).",
     )
+    edge_relay: bool = Field(
+        default=True,
+        description="where HAProxy keeps its connections to the replicas alive: each login "
+        "first passes a loopback relay inside HAProxy (a frontend on a unix socket, reached "
+        "over a connection of its own), so that the login HAProxy 2.8 would close "
+        "unanswered when every replica of the application died is replayed by the relay "
+        "and answered the 503 with Retry-After. It costs HAProxy a second pass per login, "
+        "in C; no Python process sees it. false: no relay (that login's connection closed).",
+    )
 
     def max_queued(self, *, reports_room: bool) -> int:
         """HAProxy's static queue cap for the application (edge_max_queued, or its default

@@ -58,6 +58,13 @@ class BackendLimits(FrozenModel):
     # login: under overload they answered a third to half fewer logins
     # (AdmissionConfig.edge_replica_keepalive).
     reuse_connections: bool = True
+    # Where connections are reused: whether each login first passes through a loopback
+    # relay inside HAProxy (a frontend on a unix socket in front of the replicas' backend,
+    # reached over a fresh connection per login). The close above then reaches the relay,
+    # not the caller: the relay replays the login once the inner HAProxy stream sees no
+    # replica left, which answers it the 503, and the supervisors keep their connections.
+    # HAProxy's work per login doubles (C, no Python process touched).
+    relay: bool = True
 
 
 class EdgeConfig(FrozenModel):

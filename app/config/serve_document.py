@@ -35,6 +35,7 @@ def edge_config(document: dict[str, Any]) -> EdgeConfig:
             retry_after_s=math.ceil(args.retry_after_s),
             answer_timeout_ms=math.ceil(args.request_budget_ms) + ANSWER_GRACE_MS,
             reuse_connections=args.admission.edge_replica_keepalive,
+            relay=args.admission.edge_relay,
         )
     return EdgeConfig(backends=backends, unlisted=unlisted_limits(list(backends.values())))
 
@@ -55,4 +56,7 @@ def unlisted_limits(listed: list[BackendLimits]) -> BackendLimits | None:
         # Only where every listed application reuses them: a fresh connection answers
         # every login a reused one answers, and the last one of a version that died.
         reuse_connections=all(b.reuse_connections for b in listed),
+        # Where any listed application relays: the relay answers every login the direct
+        # path answers, and the last one of a version that died.
+        relay=any(b.relay for b in listed),
     )

@@ -36,11 +36,18 @@ the edge needs. This module adds, to the config Serve wrote:
   queue's wait, counts as one login per replica;
 - the whole login buffered before a replica is picked (`option http-buffer-request`), so
   that HAProxy holds the copy its retries replay (it skips a request still arriving when
-  it connected); and, where BackendLimits.reuse_connections is off, a fresh connection to
-  a replica per login (`option http-server-close`). HAProxy 2.8 sends nothing back (it
-  closes the caller's connection, the keep-alive close a client may replay) when a login
-  forwarded over a reused connection fails on every retry: every replica of the version
-  dead, 1-2 logins per whole-version kill. Over a fresh connection that login gets the 503;
+  it connected). HAProxy 2.8 sends nothing back (it closes the caller's connection, the
+  keep-alive close a client may replay) when a login forwarded over a reused connection
+  fails on every retry: every replica of the version dead, 1-2 logins per whole-version
+  kill. Over a fresh connection that login gets the 503. So either a fresh connection to a
+  replica per login (`option http-server-close`, where BackendLimits.reuse_connections is
+  off: the supervisors pay a connection per login), or, by default, kept-alive connections
+  to the replicas behind a relay (`relay_sections`): the caller's frontend sends each login
+  to a second frontend of the same HAProxy over a unix socket, a fresh connection per
+  login, and that frontend to the replicas. The close lands on the relay's connection,
+  which is not reused, so the relay replays the login (`retry-on empty-response`) and the
+  replay, seeing no replica up, gets the 503 (or the relay answers it: its errorfiles are
+  the application's);
 - `Retry-After` on a `503` from behind HAProxy that has none (Serve's proxy answers one while
   it finds no replica);
 - `errorfile 503` with the service's own refusal (JSON body, `Retry-After`), in place of
@@ -110,6 +117,50 @@ def room_rules(var: str, fresh_ms: int) -> list[str]:
         f"if {{ var(txn.offers_room_age) -m int gt {fresh_ms} }}",
         "http-request set-var(txn.offers_over) queue,sub(txn.offers_room)",
         "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }",
+    ]
+
+
+# The relay of a backend: a backend the caller's frontend uses in its place, and the frontend
+# it forwards to, on a unix socket beside the config. `:` is legal in HAProxy's names and
+# never in Serve's (safe_name), so neither can collide with a backend Serve renders.
+RELAY_BACKEND = "{}:relay"
+RELAY_FRONTEND = "{}:relayed"
+RELAY_SOCKET = "offers-relay-{}.sock"
+# The kernel's limit on a unix socket's path (sun_path, with its terminating NUL).
+MAX_SOCKET_PATH = 107
+# How long the relay waits for the replicas' backend past its own `timeout server`: the
+# inner stream's refusal (its errorfile) arrives first, and is the answer.
+RELAY_TIMEOUT_MARGIN_MS = 100
+
+
+def relay_sections(name: str, limits: BackendLimits, socket: Path, errorfile: str) -> list[str]:
+    """The relay in front of backend `name`: `backend <name>:relay`, which the caller's
+    frontend uses instead (one connection per login over `socket`, no reuse, so that a
+    close without an answer is replayed and answered), and `frontend <name>:relayed` on
+    `socket`, which hands the login to the replicas' backend (kept-alive connections) with
+    every admission rule there unchanged. The relayed frontend logs nothing: the caller's
+    frontend keeps the one access-log and metrics line per login Serve expects."""
+    if len(str(socket).encode()) > MAX_SOCKET_PATH:
+        raise ValueError(f"relay socket path over {MAX_SOCKET_PATH} bytes: {socket}")
+    return [
+        RELAY_BACKEND.format(name).join(("backend ", "")),
+        f"    timeout connect {limits.connect_timeout_ms}ms",
+        f"    timeout server {limits.answer_timeout_ms + RELAY_TIMEOUT_MARGIN_MS}ms",
+        f"    errorfile 502 {errorfile}",
+        f"    errorfile 503 {errorfile}",
+        f"    errorfile 504 {errorfile}",
+        # Held whole, for the replay; a connection of its own per login, never reused.
+        "    option http-buffer-request",
+        f"    {FRESH_CONNECTION_RULE}",
+        "    http-reuse never",
+        # What the relayed frontend does when its replicas all died under a login it
+        # forwarded over a reused connection: it closes this connection without an answer.
+        "    retry-on conn-failure empty-response",
+        f"    server relay unix@{socket}",
+        RELAY_FRONTEND.format(name).join(("frontend ", "")),
+        f"    bind unix@{socket}",
+        "    no log",
+        f"    default_backend {name}",
     ]
 
 
@@ -199,14 +250,21 @@ def rewrite(
                 by_backend[name] = edge.unlisted
     # A process-wide variable per backend (HAProxy's names take no `-`).
     room_vars = {name: f"proc.offers_room_{i}" for i, name in enumerate(sorted(by_backend))}
+    present = {header.split()[1] for header, _ in sections if header.startswith("backend ")}
+    relayed = {
+        name: config_dir / RELAY_SOCKET.format(i)
+        for i, name in enumerate(sorted(by_backend))
+        if name in present and by_backend[name].reuse_connections and by_backend[name].relay
+    }
     out = [MARKER]
     now_dead: set[str] = set()
+    relays: list[str] = []
     for header, body in sections:
         out.append(header)
         if header == "defaults":
             out += _defaults(body, default_file)
         elif header == HTTP_FRONTEND:
-            out += _frontend(body)
+            out += _frontend(body, set(relayed))
         elif header.startswith("backend ") and header.split()[1] in by_backend:
             name = header.split()[1]
             path = str(config_dir / f"offers-503-{name}.http")
@@ -217,9 +275,11 @@ def rewrite(
             # Serve's proxy stays only while no replica is listed and they are not all down.
             keep_fallback = not _primaries(body) and not is_dead
             out += _backend(body, by_backend[name], path, room_vars[name], keep_fallback)
+            if name in relayed:
+                relays += relay_sections(name, by_backend[name], relayed[name], path)
         else:
             out += body
-    return Rewritten("\n".join(out) + "\n", files, frozenset(now_dead))
+    return Rewritten("\n".join(out + relays) + "\n", files, frozenset(now_dead))
 
 
 def _primaries(body: list[str]) -> list[str]:
@@ -270,7 +330,7 @@ def _defaults(body: list[str], errorfile: str) -> list[str]:
     return out
 
 
-def _frontend(body: list[str]) -> list[str]:
+def _frontend(body: list[str], relayed: set[str]) -> list[str]:
     binds = [i for i, line in enumerate(body) if line.strip().startswith("bind ")]
     if len(binds) != 1:
         raise UnrecognizedConfig(f"{HTTP_FRONTEND} has {len(binds)} bind lines, expected 1")
@@ -278,7 +338,21 @@ def _frontend(body: list[str]) -> list[str]:
         raise UnrecognizedConfig(f"{HTTP_FRONTEND} already sets X-Request-Start")
     # First rule after bind: overwrites any client-sent stamp, before any other rule.
     at = binds[0] + 1
-    return [*body[:at], STAMP_RULE, *body[at:]]
+    out = [*body[:at], STAMP_RULE, *body[at:]]
+    # A relayed application's logins go to its relay (relay_sections) instead.
+    routed: set[str] = set()
+    for i, line in enumerate(out):
+        words = line.split()
+        if len(words) == 4 and words[0] == "use_backend" and words[1] in relayed:
+            if words[2:] != ["if", f"is_{words[1]}"]:
+                raise UnrecognizedConfig(f"use_backend line not as rendered: {line.strip()!r}")
+            out[i] = line.replace(
+                f"use_backend {words[1]} ", f"use_backend {RELAY_BACKEND.format(words[1])} "
+            )
+            routed.add(words[1])
+    if routed != relayed:
+        raise UnrecognizedConfig(f"no use_backend line for {sorted(relayed - routed)}")
+    return out
 
 
 def _backend(

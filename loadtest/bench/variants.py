@@ -92,6 +92,13 @@ VARIANTS: dict[str, Variant] = {
             args={"admission": {"edge_replica_keepalive": False}},
         ),
         Variant(
+            "no-edge-relay",
+            "HAProxy sends each login straight to the supervisors' backend instead of "
+            "through its loopback relay (admission.edge_relay false): what the relay, a "
+            "second pass through HAProxy per login, costs",
+            args={"admission": {"edge_relay": False}},
+        ),
+        Variant(
             "deep-edge-queue",
             "HAProxy's queue for the supervisors effectively uncapped (edge_max_queued "
             "10000): a login past the replicas' slots waits up to the queue timeout before "

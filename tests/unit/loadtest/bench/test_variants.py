@@ -85,6 +85,7 @@ def test_variants_cover_the_issue_levers():
     assert VARIANTS["fresh-replica-connections"].args == {
         "admission": {"edge_replica_keepalive": False}
     }
+    assert VARIANTS["no-edge-relay"].args == {"admission": {"edge_relay": False}}
     assert VARIANTS["shallow-edge-queue"].args == {"admission": {"edge_max_queued": 1}}
     assert VARIANTS["short-edge-queue"].args == {"admission": {"edge_queue_timeout_ms": 5}}
     assert VARIANTS["edge-queue-30ms"].args == {"admission": {"edge_queue_timeout_ms": 30}}
