@@ -74,7 +74,7 @@ from app.edge.server_state import BackendServer
 
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
-QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
+QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue({}) ge {} }}"
 # HAProxy asks the replica to close after its answer (`Connection: close`), so the replica,
 # not HAProxy, mostly holds the closed connection's TIME_WAIT (`ss` on `make run` after
 # the kill scenarios: about 70 % on the replicas' side), and HAProxy's ports to a replica
@@ -87,7 +87,7 @@ RETRY_AFTER_RULE = (
 )
 
 
-def room_rules(var: str, fresh_ms: int) -> list[str]:
+def room_rules(var: str, fresh_ms: int, backend: str = "") -> list[str]:
     """The adaptive queue cap: the room the application's replicas last reported (per
     replica, X-Offers-Queue-Room), times the replicas HAProxy has up. A login that finds that
     many waiting is refused at once.
@@ -100,14 +100,26 @@ def room_rules(var: str, fresh_ms: int) -> list[str]:
     replica reports, one login waiting per replica, until the burst's first answers bring
     the room measured now. A room never reported counts the same: HAProxy's variables start
     empty when it starts and at every reload (Serve reloads it at each change of its
-    replicas), and the static cap let a burst then queue as deep as it allows."""
+    replicas), and the static cap let a burst then queue as deep as it allows.
+
+    `backend`: the replicas' backend, where the rules sit in another (the relay's, which
+    refuses before its hop: relay_sections); there only the request rules, on its queue and
+    servers, as the answers' room header reaches (and leaves) the replicas' backend first."""
     at = f"{var}_at"
     reported = f"{{ res.hdr({ROOM_HEADER}) -m found }}"
-    return [
+    response = [
         f"http-response set-var({var}) res.hdr_val({ROOM_HEADER}) if {reported}",
         f"http-response set-var({at}) date(0,ms) if {reported}",
         f"http-response del-header {ROOM_HEADER}",
-        "http-request set-var(txn.offers_servers) nbsrv",
+    ]
+    return [*([] if backend else response), *_room_request_rules(var, at, fresh_ms, backend)]
+
+
+def _room_request_rules(var: str, at: str, fresh_ms: int, backend: str) -> list[str]:
+    # The current backend's servers and queue, or `backend`'s.
+    nbsrv, queue = (f"{fetch}({backend})" if backend else fetch for fetch in ("nbsrv", "queue"))
+    return [
+        f"http-request set-var(txn.offers_servers) {nbsrv}",
         # The least room first: the next line leaves it when nothing was reported (a
         # fetch of an unset variable fails, and set-var then sets nothing).
         "http-request set-var(txn.offers_room) var(txn.offers_servers)",
@@ -115,7 +127,7 @@ def room_rules(var: str, fresh_ms: int) -> list[str]:
         f"http-request set-var(txn.offers_room_age) date(0,ms),sub({at})",
         "http-request set-var(txn.offers_room) var(txn.offers_servers) "
         f"if {{ var(txn.offers_room_age) -m int gt {fresh_ms} }}",
-        "http-request set-var(txn.offers_over) queue,sub(txn.offers_room)",
+        f"http-request set-var(txn.offers_over) {queue},sub(txn.offers_room)",
         "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }",
     ]
 
@@ -133,13 +145,18 @@ MAX_SOCKET_PATH = 107
 RELAY_TIMEOUT_MARGIN_MS = 100
 
 
-def relay_sections(name: str, limits: BackendLimits, socket: Path, errorfile: str) -> list[str]:
+def relay_sections(
+    name: str, limits: BackendLimits, socket: Path, errorfile: str, room_var: str
+) -> list[str]:
     """The relay in front of backend `name`: `backend <name>:relay`, which the caller's
     frontend uses instead (one connection per login over `socket`, no reuse, so that a
     close without an answer is replayed and answered), and `frontend <name>:relayed` on
     `socket`, which hands the login to the replicas' backend (kept-alive connections) with
-    every admission rule there unchanged. The relayed frontend logs nothing: the caller's
-    frontend keeps the one access-log and metrics line per login Serve expects."""
+    every admission rule there unchanged. The relay also refuses on those rules, on the
+    replicas' backend's queue and servers, before its hop: in a burst of 1,000 a refusal
+    then costs HAProxy's single thread one pass, not two (a login let through is checked
+    again where it queues). The relayed frontend logs nothing: the caller's frontend keeps
+    the one access-log and metrics line per login Serve expects."""
     if len(str(socket).encode()) > MAX_SOCKET_PATH:
         raise ValueError(f"relay socket path over {MAX_SOCKET_PATH} bytes: {socket}")
     return [
@@ -156,6 +173,8 @@ def relay_sections(name: str, limits: BackendLimits, socket: Path, errorfile: st
         # What the relayed frontend does when its replicas all died under a login it
         # forwarded over a reused connection: it closes this connection without an answer.
         "    retry-on conn-failure empty-response",
+        f"    {QUEUE_CAP_RULE.format(name, limits.max_queued)}",
+        *(f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms, name)),
         f"    server relay unix@{socket}",
         RELAY_FRONTEND.format(name).join(("frontend ", "")),
         f"    bind unix@{socket}",
@@ -276,7 +295,9 @@ def rewrite(
             keep_fallback = not _primaries(body) and not is_dead
             out += _backend(body, by_backend[name], path, room_vars[name], keep_fallback)
             if name in relayed:
-                relays += relay_sections(name, by_backend[name], relayed[name], path)
+                relays += relay_sections(
+                    name, by_backend[name], relayed[name], path, room_vars[name]
+                )
         else:
             out += body
     return Rewritten("\n".join(out + relays) + "\n", files, frozenset(now_dead))
@@ -374,7 +395,7 @@ def _backend(
     if not limits.reuse_connections:
         out.append(f"    {FRESH_CONNECTION_RULE}")
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
-    out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
+    out.append(f"    {QUEUE_CAP_RULE.format('', limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms)]
     # A 503 from behind HAProxy without Retry-After (Serve's proxy answers one while it
     # finds no replica: DeploymentUnavailableError) gets the application's, as every
