@@ -74,7 +74,7 @@ from app.edge.server_state import BackendServer
 
 MARKER = "# rewritten by offers-haproxy (app/edge): edge admission, 503 errorfiles, arrival stamp"
 STAMP_RULE = "    http-request set-header X-Request-Start t=%[date(0,us)]"
-QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue({}) ge {} }}"
+QUEUE_CAP_RULE = "http-request deny deny_status 503 if {{ queue() ge {} }}"
 # HAProxy asks the replica to close after its answer (`Connection: close`), so the replica,
 # not HAProxy, mostly holds the closed connection's TIME_WAIT (`ss` on `make run` after
 # the kill scenarios: about 70 % on the replicas' side), and HAProxy's ports to a replica
@@ -87,7 +87,9 @@ RETRY_AFTER_RULE = (
 )
 
 
-def room_rules(var: str, fresh_ms: int, backend: str = "") -> list[str]:
+def room_rules(
+    var: str, fresh_ms: int, *, servers: str = "nbsrv", waiting: str = "queue", answers: bool = True
+) -> list[str]:
     """The adaptive queue cap: the room the application's replicas last reported (per
     replica, X-Offers-Queue-Room), times the replicas HAProxy has up. A login that finds that
     many waiting is refused at once.
@@ -102,9 +104,10 @@ def room_rules(var: str, fresh_ms: int, backend: str = "") -> list[str]:
     empty when it starts and at every reload (Serve reloads it at each change of its
     replicas), and the static cap let a burst then queue as deep as it allows.
 
-    `backend`: the replicas' backend, where the rules sit in another (the relay's, which
-    refuses before its hop: relay_sections); there only the request rules, on its queue and
-    servers, as the answers' room header reaches (and leaves) the replicas' backend first."""
+    `servers` and `waiting`: the sample fetches of the replicas up and the logins waiting
+    for them (the backend's own, by default). `answers`: whether the rules read the room
+    from the answers; the relay's backend (relay_sections) refuses on the replicas'
+    backend's rules without it: the header reaches, and leaves, the replicas' backend first."""
     at = f"{var}_at"
     reported = f"{{ res.hdr({ROOM_HEADER}) -m found }}"
     response = [
@@ -112,14 +115,15 @@ def room_rules(var: str, fresh_ms: int, backend: str = "") -> list[str]:
         f"http-response set-var({at}) date(0,ms) if {reported}",
         f"http-response del-header {ROOM_HEADER}",
     ]
-    return [*([] if backend else response), *_room_request_rules(var, at, fresh_ms, backend)]
-
-
-def _room_request_rules(var: str, at: str, fresh_ms: int, backend: str) -> list[str]:
-    # The current backend's servers and queue, or `backend`'s.
-    nbsrv, queue = (f"{fetch}({backend})" if backend else fetch for fetch in ("nbsrv", "queue"))
     return [
-        f"http-request set-var(txn.offers_servers) {nbsrv}",
+        *(response if answers else []),
+        *_room_request_rules(var, at, fresh_ms, servers, waiting),
+    ]
+
+
+def _room_request_rules(var: str, at: str, fresh_ms: int, servers: str, waiting: str) -> list[str]:
+    return [
+        f"http-request set-var(txn.offers_servers) {servers}",
         # The least room first: the next line leaves it when nothing was reported (a
         # fetch of an unset variable fails, and set-var then sets nothing).
         "http-request set-var(txn.offers_room) var(txn.offers_servers)",
@@ -127,7 +131,7 @@ def _room_request_rules(var: str, at: str, fresh_ms: int, backend: str) -> list[
         f"http-request set-var(txn.offers_room_age) date(0,ms),sub({at})",
         "http-request set-var(txn.offers_room) var(txn.offers_servers) "
         f"if {{ var(txn.offers_room_age) -m int gt {fresh_ms} }}",
-        f"http-request set-var(txn.offers_over) {queue},sub(txn.offers_room)",
+        f"http-request set-var(txn.offers_over) {waiting},sub(txn.offers_room)",
         "http-request deny deny_status 503 if { var(txn.offers_over) -m int ge 0 }",
     ]
 
@@ -152,11 +156,16 @@ def relay_sections(
     frontend uses instead (one connection per login over `socket`, no reuse, so that a
     close without an answer is replayed and answered), and `frontend <name>:relayed` on
     `socket`, which hands the login to the replicas' backend (kept-alive connections) with
-    every admission rule there unchanged. The relay also refuses on those rules, on the
-    replicas' backend's queue and servers, before its hop: in a burst of 1,000 a refusal
-    then costs HAProxy's single thread one pass, not two (a login let through is checked
-    again where it queues). The relayed frontend logs nothing: the caller's frontend keeps
-    the one access-log and metrics line per login Serve expects."""
+    every admission rule there unchanged. The relay refuses on the same caps before its
+    hop: a login finding the application's logins beyond its replicas' slots (the relay's
+    own, `be_conn`, less the replicas up times `max_in_flight`) as many as its queue may
+    hold is refused in one pass through HAProxy's single thread, not two. Counted there,
+    the logins between the two frontends count too: in a burst of 1,000 the replicas'
+    queue alone fills only as the relay hands them over, and a cap on it let most of the
+    burst through the hop to be refused behind it (refusal p99 about 1.7x, run BL). A
+    login let through is checked again where it queues. The relayed frontend logs
+    nothing: the caller's frontend keeps the one access-log and metrics line per login
+    Serve expects."""
     if len(str(socket).encode()) > MAX_SOCKET_PATH:
         raise ValueError(f"relay socket path over {MAX_SOCKET_PATH} bytes: {socket}")
     return [
@@ -173,8 +182,21 @@ def relay_sections(
         # What the relayed frontend does when its replicas all died under a login it
         # forwarded over a reused connection: it closes this connection without an answer.
         "    retry-on conn-failure empty-response",
-        f"    {QUEUE_CAP_RULE.format(name, limits.max_queued)}",
-        *(f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms, name)),
+        f"    http-request set-var(txn.offers_slots) nbsrv({name}),mul({limits.max_in_flight})",
+        # This login excluded (`be_conn` counts it), as the replicas' `queue` would.
+        "    http-request set-var(txn.offers_waiting) be_conn,sub(txn.offers_slots),sub(1)",
+        "    http-request deny deny_status 503 "
+        f"if {{ var(txn.offers_waiting) -m int ge {limits.max_queued} }}",
+        *(
+            f"    {rule}"
+            for rule in room_rules(
+                room_var,
+                limits.queue_timeout_ms,
+                servers=f"nbsrv({name})",
+                waiting="var(txn.offers_waiting)",
+                answers=False,
+            )
+        ),
         f"    server relay unix@{socket}",
         RELAY_FRONTEND.format(name).join(("frontend ", "")),
         f"    bind unix@{socket}",
@@ -395,7 +417,7 @@ def _backend(
     if not limits.reuse_connections:
         out.append(f"    {FRESH_CONNECTION_RULE}")
     # Before any queueing: the errorfile 503 above is the answer (HAProxy's own deny).
-    out.append(f"    {QUEUE_CAP_RULE.format('', limits.max_queued)}")
+    out.append(f"    {QUEUE_CAP_RULE.format(limits.max_queued)}")
     out += [f"    {rule}" for rule in room_rules(room_var, limits.queue_timeout_ms)]
     # A 503 from behind HAProxy without Retry-After (Serve's proxy answers one while it
     # finds no replica: DeploymentUnavailableError) gets the application's, as every

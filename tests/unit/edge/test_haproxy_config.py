@@ -231,12 +231,25 @@ def test_kept_alive_connections_sit_behind_a_relay_unless_told_otherwise(rendere
         assert {"option http-server-close", "http-reuse never"} <= set(relay)
         assert "option http-buffer-request" in relay
         assert "retry-on conn-failure empty-response" in relay
-        # It refuses before its hop on the replicas' backend's queue and servers (a refusal
-        # costs one pass through HAProxy), with no response rule: the room header is read
-        # and removed in the replicas' backend.
-        cap = EDGE.backends[app].max_queued
-        assert f"http-request deny deny_status 503 if {{ queue({name}) ge {cap} }}" in relay
+        # It refuses before its hop on the same caps (a refusal costs one pass through
+        # HAProxy), counting the logins it holds beyond the replicas' slots as waiting, with
+        # no response rule: the room header is read and removed in the replicas' backend.
+        given = EDGE.backends[app]
+        assert (
+            f"http-request set-var(txn.offers_slots) nbsrv({name}),mul({given.max_in_flight})"
+            in relay
+        )
+        assert (
+            "http-request set-var(txn.offers_waiting) be_conn,sub(txn.offers_slots),sub(1)" in relay
+        )
+        waiting = "var(txn.offers_waiting)"
+        cap = f"http-request deny deny_status 503 if {{ {waiting} -m int ge {given.max_queued} }}"
+        assert cap in relay
         assert f"http-request set-var(txn.offers_servers) nbsrv({name})" in relay
+        assert (
+            "http-request set-var(txn.offers_over) var(txn.offers_waiting),sub(txn.offers_room)"
+            in relay
+        )
         assert not [rule for rule in relay if rule.startswith("http-response ")]
         socket = next(s.split("@", 1)[1] for s in relay if s.startswith("server relay unix@"))
         relayed = section(result.text, f"frontend {RELAY_FRONTEND.format(name)}")
