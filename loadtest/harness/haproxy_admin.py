@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 
+from app.edge.haproxy_config import RELAY_BACKEND
 from app.edge.server_state import BackendServer, parse_servers_state
 from app.edge.wrapper import config_path
 
@@ -36,6 +37,11 @@ class Refusals:
       Serve's fallback proxy's if it ever served), the server rows' `hrsp_5xx`;
     - haproxy_5xx: every 5xx HAProxy made itself, queue_full and queue_timeout included
       (the backend's `hrsp_5xx` less the servers').
+
+    Where the backend has the edge's relay in front (`<backend>:relay`,
+    app.edge.haproxy_config.relay_sections), the relay's own refusals count too: its
+    `dreq` in queue_full, and the 5xx it made itself (its `hrsp_5xx` less its server row's,
+    which are the backend's answers, counted above) in haproxy_5xx.
     """
 
     queue_full: int = 0
@@ -79,12 +85,21 @@ def parse_refusals(show_stat: str, backend: str) -> Refusals:
     def count(row: dict[str, str], field: str) -> int:
         return int(row.get(field) or 0)
 
+    def own(name: str) -> tuple[dict[str, str] | None, int]:
+        """`name`'s backend row and the 5xx its server rows answered."""
+        rows_of = [r for r in rows if r.get("pxname") == name]
+        row = next((r for r in rows_of if r["type"] == BACKEND_ROW), None)
+        return row, sum(count(r, "hrsp_5xx") for r in rows_of if r["type"] == SERVER_ROW)
+
     servers_5xx = sum(count(r, "hrsp_5xx") for r in mine if r["type"] == SERVER_ROW)
+    relay, relayed_5xx = own(RELAY_BACKEND.format(backend))
     return Refusals(
-        queue_full=count(total, "dreq"),
+        queue_full=count(total, "dreq") + (count(relay, "dreq") if relay else 0),
         queue_timeout=count(total, "econ"),
         servers_5xx=servers_5xx,
-        haproxy_5xx=count(total, "hrsp_5xx") - servers_5xx,
+        haproxy_5xx=count(total, "hrsp_5xx")
+        - servers_5xx
+        + (count(relay, "hrsp_5xx") - relayed_5xx if relay else 0),
     )
 
 
