@@ -71,6 +71,16 @@ server.serve_forever()
 """
 
 
+async def stop(replicas, haproxy) -> None:
+    """SIGKILL the replicas still running, then stop HAProxy, each by its own process."""
+    for replica in replicas:
+        if replica.returncode is None:
+            replica.kill()
+            await replica.wait()
+    haproxy.terminate()
+    await asyncio.wait_for(haproxy.wait(), timeout=10)
+
+
 @contextlib.asynccontextmanager
 async def dying_and_live(tmp_path, live_login, reuse_connections):
     """HAProxy, with the edge's rewrite, in front of a replica that holds every login (its
@@ -280,12 +290,7 @@ def test_with_fresh_connections_a_login_held_when_every_replica_dies_is_refused_
                     await replica.wait()
                 return await asyncio.wait_for(held, timeout=30)
         finally:
-            for replica in replicas:
-                if replica.returncode is None:
-                    replica.kill()
-                    await replica.wait()
-            haproxy.terminate()
-            await asyncio.wait_for(haproxy.wait(), timeout=10)
+            await stop(replicas, haproxy)
 
     status, headers, body = asyncio.run(scenario())
     assert (status, headers.get("Retry-After")) == (503, "3")
@@ -432,12 +437,7 @@ def test_every_login_is_answered_when_every_replica_dies_under_load(tmp_path):
                     killed.set()
                     await asyncio.wait_for(asyncio.gather(*callers), timeout=60)
         finally:
-            for replica in replicas:
-                if replica.returncode is None:
-                    replica.kill()
-                    await replica.wait()
-            haproxy.terminate()
-            await asyncio.wait_for(haproxy.wait(), timeout=10)
+            await stop(replicas, haproxy)
         return outcomes, held
 
     outcomes, held = asyncio.run(scenario())
