@@ -29,59 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from app.config.edge import BackendLimits, EdgeConfig
-from app.config.ray_env import SERVE_PROCESS_ENV
 from app.edge.haproxy_config import rewrite
 from app.local.processes import free_port
 from loadtest.harness.results import Study, spread
+from loadtest.harness.serve_haproxy import rendered_by_serve, write_rewritten
 
 STUDY = Study("loadtest.edge_relay_cost", __doc__, "edge-relay")
 APP = "galaxy-raiders-2026-11"
 PREFIX = "/galaxy-raiders/2026-11"
 WARMUP = 100
 MODES = {"relay": True, "direct": False}
-
-
-def rendered_by_serve(folder: Path, http_port: int, replica_port: int) -> str:
-    """haproxy.cfg as the installed Serve writes it: APP, one ingress replica, as shipped
-    (SERVE_PROCESS_ENV: HAProxy's threads and retry policy)."""
-    from ray.serve._private.haproxy import (
-        BackendConfig,
-        HAProxyApi,
-        HAProxyConfig,
-        HAProxyManager,
-        ServerConfig,
-    )
-    from ray.serve.config import HTTPOptions
-
-    (folder / "run").mkdir(exist_ok=True)
-    cfg = HAProxyConfig(
-        socket_path=str(folder / "run" / "admin.sock"),
-        server_state_base=str(folder / "state"),
-        server_state_file=str(folder / "state" / "server-state"),
-        stats_port=free_port(),
-        metrics_enabled=False,
-        metrics_port=free_port(),
-        http_options=HTTPOptions(host="127.0.0.1", port=http_port),
-        nbthread=int(SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_NBTHREAD"]),
-        retry_on=SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
-    )
-    backend = BackendConfig(
-        name=HAProxyManager.get_safe_name(f"http-{APP}"),
-        path_prefix=PREFIX,
-        servers=[
-            ServerConfig(
-                HAProxyManager.get_safe_name(f"SERVE_REPLICA::{APP}#supervisor#r1"),
-                "127.0.0.1",
-                replica_port,
-            )
-        ],
-        app_name=APP,
-        ingress_deployment_name="supervisor",
-    )
-    path = folder / "haproxy.cfg"
-    api = HAProxyApi(cfg, backend_configs={backend.name: backend}, config_file_path=str(path))
-    api._generate_config_file_internal()
-    return path.read_text()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -99,15 +56,10 @@ def start_haproxy(folder: Path, relay: bool, http_port: int, replica_port: int) 
         max_in_flight=8, queue_timeout_ms=500, max_queued=16, retry_after_s=1,
         answer_timeout_ms=1100, relay=relay,
     )  # fmt: skip
-    result = rewrite(
-        rendered_by_serve(folder, http_port, replica_port),
-        EdgeConfig(backends={APP: limits}),
-        folder,
+    rendered = rendered_by_serve(
+        folder, APP, PREFIX, [replica_port], http_port=http_port, fallback=False
     )
-    for name, content in result.errorfiles.items():
-        Path(name).write_bytes(content)
-    config = folder / "haproxy.cfg"
-    config.write_text(result.text)
+    config = write_rewritten(rewrite(rendered, EdgeConfig(backends={APP: limits}), folder), folder)
     return subprocess.Popen(
         [str(get_haproxy_binary()), "-db", "-f", str(config)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -7,7 +7,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -193,16 +192,6 @@ def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not seen after {timeout_s}s")
         time.sleep(poll_s)
-
-
-def write_rewritten(result: Any, folder: Path, name: str = "rewritten.cfg") -> Path:
-    """A rewritten HAProxy config (app.edge.haproxy_config.Rewritten) on disk, its errorfiles
-    where it names them (relative names land in `folder`): the config's path."""
-    for path, content in result.errorfiles.items():
-        (folder / path).write_bytes(content)
-    config = folder / name
-    config.write_text(result.text)
-    return config
 
 
 def answered_per_s(

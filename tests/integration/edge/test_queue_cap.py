@@ -14,66 +14,24 @@ from typing import Any, NamedTuple
 import pytest
 
 from app.config.edge import BackendLimits, EdgeConfig
-from app.config.ray_env import SERVE_PROCESS_ENV
 from app.core.admission import OVERLOADED_DETAIL, QUEUE_ROOM_HEADER
 from app.edge.haproxy_config import backend_name, rewrite
 from app.local.processes import free_port
-from tests.support import write_rewritten
+from loadtest.harness.serve_haproxy import rendered_by_serve, write_rewritten
 
 pytestmark = pytest.mark.integration
 
 APP = "galaxy-raiders-2026-11"
+PREFIX = "/galaxy-raiders/2026-11"
 QUEUE_TIMEOUT_MS = 10_000
 QUEUED = 2
 BEYOND = 5
 
 
 def rendered_by_ray(tmp_path, http_port: int, *replica_ports: int) -> str:
-    """haproxy.cfg as Serve's HAProxyApi writes it: one application, an ingress replica on
-    each of `replica_ports`."""
-    from ray.serve._private.haproxy import (
-        BackendConfig,
-        HAProxyApi,
-        HAProxyConfig,
-        HAProxyManager,
-        ServerConfig,
-    )
-    from ray.serve.config import HTTPOptions
-
-    (tmp_path / "run").mkdir()
-    cfg = HAProxyConfig(
-        socket_path=str(tmp_path / "run" / "admin.sock"),
-        server_state_base=str(tmp_path / "state"),
-        server_state_file=str(tmp_path / "state" / "server-state"),
-        stats_port=free_port(),
-        metrics_enabled=False,
-        metrics_port=free_port(),
-        http_options=HTTPOptions(host="127.0.0.1", port=http_port),
-        # As shipped (SERVE_PROCESS_ENV): with several threads HAProxy's limits are not strict.
-        nbthread=int(SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_NBTHREAD"]),
-        # As shipped too: what HAProxy replays on another replica (test_replay).
-        retry_on=SERVE_PROCESS_ENV["RAY_SERVE_HAPROXY_RETRY_ON"],
-    )
-    backend = BackendConfig(
-        name=HAProxyManager.get_safe_name(f"http-{APP}"),
-        path_prefix="/galaxy-raiders/2026-11",
-        servers=[
-            # Named as Serve names a replica's server (its actor name, made safe).
-            ServerConfig(
-                HAProxyManager.get_safe_name(f"SERVE_REPLICA::{APP}#supervisor#r{i}"),
-                "127.0.0.1",
-                port,
-            )
-            for i, port in enumerate(replica_ports, start=1)
-        ],
-        fallback_server=ServerConfig("head-proxy", "127.0.0.1", free_port()),
-        app_name=APP,
-        ingress_deployment_name="supervisor",
-    )
-    path = tmp_path / "haproxy.cfg"
-    api = HAProxyApi(cfg, backend_configs={backend.name: backend}, config_file_path=str(path))
-    api._generate_config_file_internal()
-    return path.read_text()
+    """haproxy.cfg as Serve's HAProxyApi writes it: APP, an ingress replica on each of
+    `replica_ports`."""
+    return rendered_by_serve(tmp_path, APP, PREFIX, list(replica_ports), http_port=http_port)
 
 
 async def ingress_replica(port: int, login: Any) -> Any:

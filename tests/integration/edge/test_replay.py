@@ -31,6 +31,7 @@ from app.config.edge import EdgeConfig
 from app.core.admission import OVERLOADED_DETAIL
 from app.edge.haproxy_config import rewrite
 from app.local.processes import free_port
+from loadtest.harness.serve_haproxy import write_rewritten
 from tests.integration.edge.test_queue_cap import (
     APP,
     ingress_replica,
@@ -38,37 +39,50 @@ from tests.integration.edge.test_queue_cap import (
     login_url_once_listening,
     rendered_by_ray,
 )
-from tests.support import write_rewritten
 
 pytestmark = pytest.mark.integration
 
-# An ingress replica that answers health checks and holds every login, saying so on stdout;
-# a login whose body asks for an answer it answers at once. The standard library only: it is
-# up in a fraction of aiohttp's import time.
-HOLDER = """
-import json, sys, threading
+# An ingress replica in a process of its own, for a test to SIGKILL: it answers Serve's health
+# check and handles logins with the do_POST given; says `listening` on stdout once it does.
+# The standard library only: it is up in a fraction of aiohttp's import time.
+REPLICA = """
+import json, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+lock = threading.Lock()
+
+def say(word):
+    with lock:
+        print(word, flush=True)
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # kept alive between logins, as a replica's server does
     def do_GET(self):
         self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
         self.wfile.write(b"ok")
+DO_POST
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+say("listening")
+server.serve_forever()
+"""
+
+# Holds every login, saying so on stdout; a login whose body asks for an answer it answers at
+# once.
+HOLDER = REPLICA.replace(
+    "DO_POST",
+    """
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
         if body.get("answer"):
             self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
             self.wfile.write(b"{}")
             return
-        print("holding", flush=True)
-        threading.Event().wait()
-    def log_message(self, *args):
-        pass
-
-server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print("listening", flush=True)
-server.serve_forever()
-"""
+        say("holding")
+        threading.Event().wait()""",
+)
 
 
 async def stop(replicas, haproxy) -> None:
@@ -297,23 +311,11 @@ def test_with_fresh_connections_a_login_held_when_every_replica_dies_is_refused_
     assert json.loads(body) == {"detail": OVERLOADED_DETAIL}
 
 
-# An ingress replica that answers every login after holding it a moment (long enough that
-# logins are in flight on it when it dies), saying `got` and `sent` around each on stdout.
-ANSWERING = """
-import sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-lock = threading.Lock()
-
-def say(word):
-    with lock:
-        print(word, flush=True)
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # kept alive between logins, as a replica's server does
-    def do_GET(self):
-        self.send_response(200); self.send_header("content-length", "2"); self.end_headers()
-        self.wfile.write(b"ok")
+# Answers every login after holding it a moment (long enough that logins are in flight on it
+# when it dies), saying `got` and `sent` around each on stdout.
+ANSWERING = REPLICA.replace(
+    "DO_POST",
+    """
     def do_POST(self):
         self.rfile.read(int(self.headers.get("content-length", 0)))
         say("got")
@@ -321,14 +323,8 @@ class Handler(BaseHTTPRequestHandler):
         body = sys.argv[1].encode()
         self.send_response(200); self.send_header("content-length", str(len(body)))
         self.end_headers(); self.wfile.write(body)
-        say("sent")
-    def log_message(self, *args):
-        pass
-
-server = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
-print("listening", flush=True)
-server.serve_forever()
-"""
+        say("sent")""",
+)
 
 CALLERS = 8
 KILLS = 4

@@ -21,7 +21,7 @@ from app.edge.haproxy_config import (
     safe_name,
 )
 from app.edge.server_state import BackendServer
-from tests.support import write_rewritten
+from loadtest.harness.serve_haproxy import write_rewritten
 
 pytestmark = [pytest.mark.unit, pytest.mark.untimed]
 
