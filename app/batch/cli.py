@@ -3,7 +3,7 @@
     offers-batch --game G --version V [--profile P] [--artifacts s3://bucket/prefix]
                  [--output-uri URI] [--segments N]
                  [--read-budget N] [--read-budget-unit items|read_units] [--batch-size N]
-                 [--actors MIN:MAX] [--actor-num-cpus F]
+                 [--actors MIN:MAX] [--actor-num-cpus F] [--release-data-actors]
 
 Reads the feature table named by the OFFERS_ settings (OFFERS_DYNAMODB_TABLE,
 OFFERS_DYNAMODB_ENDPOINT_URL, ...), writes Parquet under OFFERS_BATCH_OUTPUT_URI (or
@@ -41,6 +41,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--actors", default=None, help="MIN:MAX scoring actors, or N")
     p.add_argument("--actor-num-cpus", type=float, default=None)
     p.add_argument("--runtime", choices=("onnx", "native"), default=None)
+    p.add_argument(
+        "--release-data-actors",
+        action="store_true",
+        help="after the job, end the helper actors Ray Data leaves on the cluster "
+        "(app.batch.data_actors): only where no other Ray Data job runs at the same time",
+    )
     return p
 
 
@@ -95,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run(args)
     finally:
+        if ns.release_data_actors:
+            from app.batch.data_actors import release_data_actors
+
+            print(f"released Ray Data's actors: {release_data_actors()}", flush=True)
         ray.shutdown()
     print(
         f"scored {summary.players} {summary.game} players with {summary.version} in "

@@ -32,8 +32,12 @@ SERVICE_URL = "http://127.0.0.1:8000"
 READY_POLL_S = 2.0
 READY_TIMEOUT_S = 600.0
 # The scoring actor and the read tasks of one job: a sliver of the head's CPUs, beside the
-# replicas it has reserved.
-BATCH_OPTIONS = ("--actors", "1", "--actor-num-cpus", "0.25", "--segments", "2")
+# replicas it has reserved. The jobs run one at a time, the only Ray Data work on this
+# cluster: each ends the helper actors Ray Data would leave beside the replicas for good.
+BATCH_OPTIONS = (
+    *("--actors", "1", "--actor-num-cpus", "0.25", "--segments", "2"),
+    "--release-data-actors",
+)
 JOB_POLL_S = 0.5
 JOB_STOP_TIMEOUT_S = 10.0
 

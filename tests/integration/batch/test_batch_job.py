@@ -223,3 +223,26 @@ def test_precomputed_offers_answer_while_dynamodb_is_down(serve_app, dynalite_se
         assert answer["personalized"] is False
         assert answer["offer"]["offer_id"] == scored[pid]["offer_id"]
         assert abs(answer["propensity"] - scored[pid]["propensity"]) < 1e-6  # float32
+
+
+def test_the_actors_ray_data_leaves_on_the_cluster_are_released(batch_run):
+    """A job leaves Ray Data's detached helper actors on the cluster (the stats, autoscaling
+    and location actors; the usage actor where Ray's usage stats are on, as on `make run`'s:
+    app.batch.data_actors); released, none is left, and a second release finds nothing.
+    Last in this module: the tests after it run without them."""
+    import ray
+
+    from app.batch.data_actors import RAY_DATA_ACTORS, release_data_actors
+
+    def left() -> set[tuple[str, str]]:
+        named = {(a["name"], a["namespace"]) for a in ray.util.list_named_actors(True)}
+        return named & set(RAY_DATA_ACTORS)
+
+    found = left()
+    assert ("datasets_stats_actor", "_dataset_stats_actor") in found, found  # as Ray names it
+    assert sorted(release_data_actors()) == sorted(name for name, _ in found)
+    deadline = time.monotonic() + 30
+    while left() and time.monotonic() < deadline:  # ray.kill returns before the actor is gone
+        time.sleep(0.2)
+    assert left() == set()
+    assert release_data_actors() == []

@@ -33,3 +33,12 @@ def test_impossible_options_are_refused():
 def test_only_the_services_and_aws_variables_go_to_the_workers():
     env = {"OFFERS_DYNAMODB_TABLE": "t", "AWS_REGION": "eu-west-1", "HOME": "/root", "PATH": "x"}
     assert job_env(env) == {"OFFERS_DYNAMODB_TABLE": "t", "AWS_REGION": "eu-west-1"}
+
+
+def test_make_runs_jobs_release_ray_datas_actors_and_others_keep_them_by_default():
+    from app.local.precompute import BATCH_OPTIONS
+
+    given = parser().parse_args(["--game", "galaxy-raiders", "--version", "2026-11"])
+    assert given.release_data_actors is False  # a RayJob's, `make batch`'s: as Ray leaves them
+    precompute = ["--game", "galaxy-raiders", "--version", "2026-11", *BATCH_OPTIONS]
+    assert parser().parse_args(precompute).release_data_actors is True
