@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -152,8 +151,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         low, high = min(added), max(added)
         STUDY.log(f"{figure}: the relay adds {statistics.median(added):.3f} [{low:.3f}-{high:.3f}]")
     folder = STUDY.folder("edge-relay")
-    (folder / "edge_relay.json").write_text(json.dumps(report, indent=2) + "\n")
-    STUDY.log(f"results in {folder}")
+    STUDY.save(folder, "edge_relay.json", report)
     return report
 
 

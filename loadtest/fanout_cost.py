@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -128,7 +127,7 @@ def run(args: argparse.Namespace) -> Path:
         for kind, per_round in rounds.items()
     }
     report = {"command": args.command, "rounds": rounds, "summary": summary}
-    (folder / "fanout.json").write_text(json.dumps(report, indent=2) + "\n")
+    STUDY.save(folder, "fanout.json", report)
     for kind, per_way in summary.items():
         for way, figures in per_way.items():
             wall, cpu = figures["wall_us"], figures["cpu_us"]
@@ -138,7 +137,6 @@ def run(args: argparse.Namespace) -> Path:
                 f"{wall['max']:.0f}], CPU {cpu['median']:.0f} us [{cpu['min']:.0f}-"
                 f"{cpu['max']:.0f}] per login"
             )
-    log(f"results in {folder}")
     return folder
 
 

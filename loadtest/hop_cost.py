@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -197,14 +196,13 @@ def run(args: argparse.Namespace) -> Path:
             k: spread([x["wall_ms_per_call"] for x in v]) for k, v in rounds.items()
         },
     }
-    (folder / "hop.json").write_text(json.dumps(report, indent=2) + "\n")
+    STUDY.save(folder, "hop.json", report)
     for kind in rounds:
         cpu = [x["cpu_ms_per_call"] for x in rounds[kind]]
         log(
             f"{kind}: {statistics.median(cpu):.2f} CPU-ms per hop "
             f"[{min(cpu):.2f}-{max(cpu):.2f}] over {len(cpu)} rounds"
         )
-    log(f"results in {folder}")
     return folder
 
 

@@ -25,7 +25,6 @@ table; writes loadtest/results/<timestamp>-runtimes/runtimes.json and runtimes.m
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -245,11 +244,10 @@ def run(args: argparse.Namespace) -> Path:
         "machine": machine_info(),
         "rows": rows_out,
     }
-    (out / "runtimes.json").write_text(json.dumps(report, indent=2))
+    STUDY.save(out, "runtimes.json", report)
     table = render(report)
     (out / "runtimes.md").write_text(table + "\n")
     print(table)
-    log(f"results in {out}")
     return out
 
 

@@ -18,7 +18,6 @@ used. Writes loadtest/results/<timestamp>-profile/ (profile.json, profile.md, ra
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import threading
@@ -201,7 +200,7 @@ def run(args: argparse.Namespace) -> Path:
         if raw.is_file():
             entry |= summarise(raw.read_text(), args.seconds)
         report["processes"][name] = entry
-    (folder / "profile.json").write_text(json.dumps(report, indent=2))
+    STUDY.save(folder, "profile.json", report)
     (folder / "profile.md").write_text(markdown(report))
     print(markdown(report))
     log(f"profile: {folder / 'profile.md'}")

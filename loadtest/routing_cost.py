@@ -14,7 +14,6 @@ medians with their min-max.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -113,12 +112,11 @@ def run(args: argparse.Namespace) -> Path:
         for name, s in report["c1_p50_ms"].items()
         if name != "routed"
     }
-    (folder / "routing.json").write_text(json.dumps(report, indent=2) + "\n")
+    STUDY.save(folder, "routing.json", report)
     print("| path | c=1 p50 (ms), median [min–max] |\n|---|---|")
     for name, s in report["c1_p50_ms"].items():
         print(f"| {name} | {s['median']} [{s['min']}–{s['max']}] |")
     print(f"errors: {errors}; routed minus pinned: {report['routed_minus_pinned_ms']}")
-    log(f"report: {folder / 'routing.json'}")
     return folder
 
 

@@ -13,7 +13,6 @@ propensity (the target: <= 1e-6); writes loadtest/results/<timestamp>-fidelity/.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -74,8 +73,7 @@ def run(args: argparse.Namespace) -> Path:
         versions[f"{app.args.game}/{app.args.version}"] = result
         log(f"{app.args.game} {app.args.version}: {result}")
     report["versions"] = versions
-    (out / "fidelity.json").write_text(json.dumps(report, indent=2))
-    log(f"results in {out}")
+    STUDY.save(out, "fidelity.json", report)
     return out
 
 

@@ -71,8 +71,7 @@ def serve_policy(profile: ProductionProfile) -> dict[str, Any]:
             ("s3:GetObject",),
             _object_arn(profile, f"*/{SNAPSHOT_FILENAME}"),
         ),
-        _list_prefix(profile, "ListBatchRuns"),
-        *_read_versions(profile),
+        *_read_runs_and_versions(profile),
     )
 
 
@@ -85,8 +84,7 @@ def batch_policy(profile: ProductionProfile) -> dict[str, Any]:
             ("s3:DeleteObject",),
             _object_arn(profile, f"*/{SNAPSHOT_PARTIAL}"),
         ),
-        _list_prefix(profile, "ListBatchRuns"),
-        *_read_versions(profile),
+        *_read_runs_and_versions(profile),
     )
 
 
@@ -116,12 +114,13 @@ def _list_prefix(profile: ProductionProfile, sid: str) -> dict[str, Any]:
     return _list(profile.batch.bucket(), profile.batch.prefix(), sid)
 
 
-def _read_versions(profile: ProductionProfile) -> list[dict[str, Any]]:
-    """GetObject under the model store's prefix and listing it (a missing version is then a
-    404, not a 403): what loading a published version needs, the serve and batch roles
-    alike."""
+def _read_runs_and_versions(profile: ProductionProfile) -> list[dict[str, Any]]:
+    """What the serve and batch roles alike read: the batch runs' listing (the newest
+    snapshot is found by it) and the published versions (GetObject under the model store's
+    prefix, and listing it: a missing version is then a 404, not a 403)."""
     store = profile.model_store
     return [
+        _list_prefix(profile, "ListBatchRuns"),
         _allow(
             "ReadPublishedVersions", ("s3:GetObject",), _s3_arn(store.bucket(), store.prefix(), "*")
         ),

@@ -29,7 +29,6 @@ the host, idle while the other is probed. Writes loadtest/results/<timestamp>-c1
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -192,7 +191,7 @@ def run(args: argparse.Namespace) -> Path:
         "differences_ms": differences(runs),
         "runs": runs,
     }
-    (folder / "c1_path.json").write_text(json.dumps(report, indent=2) + "\n")
+    STUDY.save(folder, "c1_path.json", report)
     print("| path | c=1 p50 (ms), median [min–max] |\n|---|---|")
     for name, s in p50s.items():
         print(f"| {name} | {s['median']} [{s['min']}–{s['max']}] |" if s else f"| {name} | - |")
@@ -200,7 +199,6 @@ def run(args: argparse.Namespace) -> Path:
     for name, d in report["differences_ms"].items():
         print(f"| {name} | {d['median']} [{d['min']}–{d['max']}] |" if d else f"| {name} | - |")
     print(f"errors (non-200 answers, timed in p50 all the same): {errors}")
-    log(f"report: {folder / 'c1_path.json'}")
     return folder
 
 

@@ -9,6 +9,7 @@ reproduces the run) and `study.run(...)`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shlex
@@ -143,6 +144,13 @@ class Study:
 
     def run(self, run: Callable[[], object]) -> int:
         return run_study(run, self.log)
+
+    def save(self, folder: Path, name: str, report: dict[str, Any]) -> Path:
+        """The study's report as `folder/name`, indented JSON; the log says where."""
+        path = folder / name
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        self.log(f"report: {path}")
+        return path
 
 
 def machine_info() -> dict[str, Any]:
