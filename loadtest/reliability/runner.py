@@ -95,11 +95,12 @@ def run(args: argparse.Namespace) -> Path:
     each."""
     apps = configured_apps(args.config)
     app = apps[0]
-    folder = STUDY.folder("local" if args.target == "local" else "")
+    local = local_target(args, app) if args.target == "local" else None  # checked first
+    folder = STUDY.folder("local" if local else "")
     (folder / "shots").mkdir()
     report = new_report(args, app.args.request_budget_ms)
-    if args.target == "local":
-        run_scenarios(args, local_target(args, app), report, folder)
+    if local:
+        run_scenarios(args, local, report, folder)
     else:
         for each in apps:
             ensure_trained(

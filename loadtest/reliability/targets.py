@@ -14,12 +14,14 @@ from app.config.router_args import RouterAppArgs
 from app.core.routing.version_split import VersionSplit
 from app.local.dynalite import Dynalite
 from app.local.serve_config import ROUTER_IMPORT_PATH
+from loadtest.harness import serve_status
 from loadtest.harness.cluster import LocalCluster
 from loadtest.harness.http_ready import answers
 from loadtest.reliability.faults import DelayProxyProcess
 from models.population import player_id
 
 PORT = 8000  # HAProxy binds the config's http_options port
+DASHBOARD = "http://127.0.0.1:8265"  # `make run`'s (app.local.cli.DASHBOARD_PORT)
 
 
 @dataclass
@@ -45,11 +47,32 @@ class Target:
 
 
 def local_target(args: argparse.Namespace, app: Any) -> Target:
-    """A running `make run` on this host, checked before any load is sent."""
+    """A running `make run` on this host, checked before any load is sent: it answers, and
+    serves the applications of `--config` as that file declares them (the report names the
+    file, and the scenarios take routes and budgets from it)."""
     url = f"http://127.0.0.1:{PORT}{app.route_prefix}/healthz"
     if not answers(url, timeout_s=5):
         raise SystemExit(f"--target local: {url} does not answer; start `make run` first")
+    declared = yaml.safe_load(args.config.read_text())["applications"]
+    if differing := not_as_declared(declared, serve_status.applications(DASHBOARD)):
+        raise SystemExit(
+            f"--target local: `make run` does not serve {args.config.name} as declared "
+            f"(applications {differing}); pass the config it serves, `--config <file>`"
+        )
     return make_target(args, app)
+
+
+def not_as_declared(declared: list[dict[str, Any]], served: dict[str, dict[str, Any]]) -> list[str]:
+    """The names of the `declared` applications (a Serve config's) that Serve does not run
+    at the same route with the same args; `served`: its REST API's details, by name."""
+
+    def as_declared(app: dict[str, Any]) -> bool:
+        deployed = (served.get(app["name"]) or {}).get("deployed_app_config") or {}
+        return deployed.get("route_prefix") == app.get("route_prefix", "/") and deployed.get(
+            "args"
+        ) == (app.get("args") or {})
+
+    return [app["name"] for app in declared if not as_declared(app)]
 
 
 def make_target(args: argparse.Namespace, app: Any, **faults: Any) -> Target:
