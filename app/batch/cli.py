@@ -78,6 +78,17 @@ def job_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(("OFFERS_", "AWS_"))}
 
 
+def _release_data_actors() -> None:
+    """After a job that succeeded: its snapshot is written, so a failure here is reported
+    and the job still succeeds."""
+    from app.batch.data_actors import release_data_actors
+
+    try:
+        print(f"released Ray Data's actors: {release_data_actors()}", flush=True)
+    except Exception as exc:  # a Ray error of any kind: the actors stay, as Ray leaves them
+        print(f"Ray Data's actors not released: {exc!r}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     cli = parser()
     ns = cli.parse_args(argv)
@@ -100,11 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         summary = run(args)
-    finally:
         if ns.release_data_actors:
-            from app.batch.data_actors import release_data_actors
-
-            print(f"released Ray Data's actors: {release_data_actors()}", flush=True)
+            _release_data_actors()
+    finally:
         ray.shutdown()
     print(
         f"scored {summary.players} {summary.game} players with {summary.version} in "

@@ -78,11 +78,11 @@ def deploy(config: Path, routes: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> Path:
-    folder = results_folder("admission-ab")
-    (folder / "shots").mkdir()
     apps = configured_apps(args.config)  # the ensemble applications
     routes = [a.route_prefix for a in apps]
-    target = local_target(args, apps[0])
+    target = local_target(args, apps[0])  # checked before a results folder is made
+    folder = results_folder("admission-ab")
+    (folder / "shots").mkdir()
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
     floors = []
     try:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import requests
 import yaml
 
 from app.config.router_args import RouterAppArgs
@@ -54,7 +55,13 @@ def local_target(args: argparse.Namespace, app: Any) -> Target:
     if not answers(url, timeout_s=5):
         raise SystemExit(f"--target local: {url} does not answer; start `make run` first")
     declared = yaml.safe_load(args.config.read_text())["applications"]
-    if differing := not_as_declared(declared, serve_status.applications(DASHBOARD)):
+    try:
+        served = serve_status.applications(DASHBOARD)
+    except requests.RequestException as exc:
+        raise SystemExit(
+            f"--target local: {DASHBOARD} (make run's dashboard) did not list what it serves: {exc}"
+        ) from exc
+    if differing := not_as_declared(declared, served):
         raise SystemExit(
             f"--target local: `make run` does not serve {args.config.name} as declared "
             f"(applications {differing}); pass the config it serves, `--config <file>`"
@@ -67,10 +74,12 @@ def not_as_declared(declared: list[dict[str, Any]], served: dict[str, dict[str, 
     at the same route with the same args; `served`: its REST API's details, by name."""
 
     def as_declared(app: dict[str, Any]) -> bool:
+        # Serve's details leave out what the config left out (its defaults: "/", no args).
         deployed = (served.get(app["name"]) or {}).get("deployed_app_config") or {}
-        return deployed.get("route_prefix") == app.get("route_prefix", "/") and deployed.get(
-            "args"
-        ) == (app.get("args") or {})
+        return (deployed.get("route_prefix", "/"), deployed.get("args") or {}) == (
+            app.get("route_prefix", "/"),
+            app.get("args") or {},
+        )
 
     return [app["name"] for app in declared if not as_declared(app)]
 
