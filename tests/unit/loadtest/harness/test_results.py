@@ -49,6 +49,13 @@ def test_a_study_logs_under_its_name(capsys):
     assert re.fullmatch(r"\[reliability \d\d:\d\d:\d\d\] started\n", capsys.readouterr().out)
 
 
+def test_a_studys_report_is_indented_json_and_its_log_names_the_file(tmp_path, capsys):
+    path = BENCH.save(tmp_path, "bench.json", {"rounds": [1, 2]})
+    assert path == tmp_path / "bench.json"
+    assert path.read_text() == '{\n  "rounds": [\n    1,\n    2\n  ]\n}\n'
+    assert capsys.readouterr().out.endswith(f"report: {path}\n")
+
+
 def test_sigterm_unwinds_a_job_like_ctrl_c(capsys):
     cleaned = []
 
